@@ -1,0 +1,41 @@
+# draftdoctor: one-command set-up, demo and tests. See README.md.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+BUILD := $(CURDIR)/build
+TORCH := torch==2.13.0
+
+# Keep tool state (Jupyter, IPython, matplotlib, HF caches) out of the home directory.
+export JUPYTER_CONFIG_DIR := $(BUILD)/state/jupyter/config
+export JUPYTER_DATA_DIR := $(BUILD)/state/jupyter/data
+export JUPYTER_RUNTIME_DIR := $(BUILD)/state/jupyter/runtime
+export IPYTHONDIR := $(BUILD)/state/ipython
+export MPLCONFIGDIR := $(BUILD)/state/matplotlib
+export HF_HOME := $(BUILD)/state/hf
+export XDG_CACHE_HOME := $(BUILD)/state/cache
+export HF_HUB_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup test demo clean
+.DEFAULT_GOAL := demo
+
+setup: $(VENV)/.setup-done
+
+# torch first: any other route lets pip pick a multi-GB CUDA build.
+$(VENV)/.setup-done: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+demo: setup
+	$(BIN)/draftdoctor inspect data/speculators-draft
+	$(BIN)/draftdoctor check data/speculators-draft --engine sglang==0.5.10 || test $$? -eq 1
+
+clean:
+	rm -rf $(VENV) $(BUILD)
+
+-include mk/*.mk
