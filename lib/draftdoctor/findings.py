@@ -48,6 +48,22 @@ CODES = {
         "the server does not start",
         "`draftdoctor fix` writes the config format the engine reads",
     ),
+    "lossy-config": Code(
+        ERROR,
+        "the draft's config sets an option the engine does not implement (e.g. norm_before_residual in "
+        "SGLang); served there, the draft computes differently than it was trained",
+        "serve it with an engine that implements the option, or `draftdoctor fix --allow-lossy` to accept the loss",
+    ),
+    "config-defaulted": Code(
+        WARNING,
+        "the config `fix` wrote needs a value the source config does not have; a documented default was used",
+        "check the value in the written config.json and correct it if you know better",
+    ),
+    "rename-collision": Code(
+        ERROR,
+        "two checkpoint tensors would get the same name, or load into the same parameter; one would overwrite the other",
+        "remove the duplicate tensor from the source checkpoint",
+    ),
 }
 
 

@@ -68,6 +68,9 @@ class Profile:
     vocab_map_param: str | None  # a parameter for d2t (vLLM) instead of an attribute
     embed_from_target: bool  # the draft's embedding is replaced by the target's at serve time
     config_formats: tuple[str, ...]  # flat and/or speculators
+    # speculators' draft options the engine implements beyond fc_norm / norm_before_fc (above)
+    supports_norm_output: bool = False
+    supports_norm_before_residual: bool = False
 
     @property
     def spec(self) -> str:

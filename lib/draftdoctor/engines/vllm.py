@@ -23,5 +23,6 @@ PROFILES = [
         vocab_map_param="draft_id_to_target_id",
         embed_from_target=True,
         config_formats=("flat", "speculators"),
+        supports_norm_output=True, supports_norm_before_residual=True,
     ),
 ]
