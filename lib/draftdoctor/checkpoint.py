@@ -13,12 +13,15 @@ shard headers, and tensors in shards that the index does not list. Every problem
 
 from __future__ import annotations
 
+import gc
 import json
-import math
 import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
+from typing import NamedTuple
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"
@@ -45,8 +48,7 @@ class CheckpointError(Exception):
         super().__init__(where + problem)
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """One tensor as its header describes it; `begin`/`end` are absolute byte offsets in `file`."""
 
     name: str
@@ -139,46 +141,77 @@ def read_header(path: Path) -> ShardHeader:
     except UnicodeDecodeError as e:
         raise CheckpointError(path, f"header is not valid UTF-8 (byte {e.start})") from None
     try:
-        header = json.loads(text, object_pairs_hook=_reject_duplicates(path))
-    except CheckpointError:
-        raise
+        header = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(path, f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(path, "header is not a JSON object")
+    if text.count('"data_offsets"') != len(header) - ("__metadata__" in header):
+        # Fewer entries than data_offsets keys: a name may repeat (json keeps the last). The slow
+        # parse that names it runs only then.
+        json.loads(text, object_pairs_hook=_reject_duplicates(path))
     data_start = 8 + header_len
     metadata = header.get("__metadata__")
     if metadata is not None and not (
         isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
     ):
         raise CheckpointError(path, "__metadata__ must map strings to strings")
-    tensors = [_tensor_info(path, name, entry, data_start) for name, entry in header.items() if name != "__metadata__"]
+    tensors = _tensor_infos(path, header, data_start)
     _check_packing(path, tensors, data_start, file_size)
     return ShardHeader(path=path, header_len=header_len, tensors=tensors, metadata=metadata, raw_header=header)
 
 
+def _tensor_infos(path: Path, header: dict, data_start: int) -> list[TensorInfo]:
+    """All entries of a header; a fast check per entry, and `_tensor_info` to name any problem.
+
+    This runs 10^5 times for a large checkpoint, so the common case costs a few operations: a
+    float, string or list among the dims makes the product a non-int; a negative dim fails min().
+    """
+    out = []
+    bits_of = DTYPE_BITS.get
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            shape = entry["shape"]
+            begin, end = entry["data_offsets"]
+            bits = bits_of(entry["dtype"])
+            for d in shape:
+                bits *= d
+            ok = (type(bits) is int and type(shape) is list and (not shape or min(shape) >= 0)
+                  and type(begin) is int and type(end) is int and 0 <= begin and bits == (end - begin) * 8)
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok:
+            _tensor_info(path, name, entry, data_start)  # raises the precise problem
+        out.append(TensorInfo(name, entry["dtype"], tuple(shape), path, data_start + begin, data_start + end))
+    return out
+
+
 def _tensor_info(path: Path, name: str, entry, data_start: int) -> TensorInfo:
-    if not isinstance(entry, dict):
+    if type(entry) is not dict:
         raise CheckpointError(path, "entry is not an object", tensor=name)
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    bits = DTYPE_BITS.get(dtype) if type(dtype) is str else None
+    if bits is None:
         raise CheckpointError(path, f"unknown dtype {dtype!r}", tensor=name)
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is not list:
         raise CheckpointError(path, f"shape must be a list of non-negative integers, got {shape!r}", tensor=name)
+    for d in shape:
+        if type(d) is not int or d < 0:
+            raise CheckpointError(path, f"shape must be a list of non-negative integers, got {shape!r}", tensor=name)
+        bits *= d
     if (
-        not isinstance(offsets, list)
+        type(offsets) is not list
         or len(offsets) != 2
-        or not all(type(o) is int and o >= 0 for o in offsets)
-        or offsets[0] > offsets[1]
+        or type(offsets[0]) is not int
+        or type(offsets[1]) is not int
+        or not 0 <= offsets[0] <= offsets[1]
     ):
         raise CheckpointError(path, f"data_offsets must be [begin, end] with 0 <= begin <= end, got {offsets!r}", tensor=name)
-    bits = math.prod(shape) * DTYPE_BITS[dtype]
-    expected = (bits + 7) // 8
-    if bits % 8 or offsets[1] - offsets[0] != expected:
+    if bits % 8 or offsets[1] - offsets[0] != bits // 8:
         raise CheckpointError(
-            path,
-            f"{offsets[1] - offsets[0]} bytes of data, but shape {shape} of {dtype} needs {bits / 8:g}",
-            tensor=name,
+            path, f"{offsets[1] - offsets[0]} bytes of data, but shape {shape} of {dtype} needs {bits / 8:g}", tensor=name
         )
     return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], data_start + offsets[1])
 
@@ -186,7 +219,7 @@ def _tensor_info(path: Path, name: str, entry, data_start: int) -> TensorInfo:
 def _check_packing(path: Path, tensors: list[TensorInfo], data_start: int, file_size: int) -> None:
     """Tensors must tile the data section exactly: no holes, no overlaps, no trailing bytes."""
     position = data_start
-    for t in sorted(tensors, key=lambda t: (t.begin, t.end)):
+    for t in sorted(tensors, key=attrgetter("begin", "end")):
         if t.begin > position:
             raise CheckpointError(path, f"hole of {t.begin - position} bytes before this tensor", tensor=t.name)
         if t.begin < position:
@@ -212,8 +245,8 @@ def read_config(folder: Path) -> dict | None:
     return config
 
 
-def _resolve_files(path: Path) -> tuple[list[Path], dict | None, Path]:
-    """The safetensors files of a checkpoint path, its index (if sharded) and its folder."""
+def _resolve_files(path: Path) -> tuple[dict[str, Path], dict | None, Path]:
+    """The safetensors files of a checkpoint path (by index name), its index (if sharded), its folder."""
     if not path.exists():
         raise CheckpointError(path, "no such file or folder")
     if path.is_file():
@@ -221,7 +254,7 @@ def _resolve_files(path: Path) -> tuple[list[Path], dict | None, Path]:
             return _resolve_index(path)
         if path.suffix in PICKLE_SUFFIXES:
             raise CheckpointError(path, _PICKLE_HELP)
-        return [path], None, path.parent
+        return {path.name: path}, None, path.parent
     index_path = path / INDEX_NAME
     if index_path.exists():
         return _resolve_index(index_path)
@@ -230,14 +263,14 @@ def _resolve_files(path: Path) -> tuple[list[Path], dict | None, Path]:
         return _resolve_index(indexes[0])
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        if any(path.glob(f"*{s}") for s in PICKLE_SUFFIXES):
+        if any(next(path.glob(f"*{s}"), None) for s in PICKLE_SUFFIXES):
             raise CheckpointError(path, _PICKLE_HELP)
         raise CheckpointError(path, "no .safetensors file in this folder")
     if len(files) > 1:
         raise CheckpointError(
             path, f"{len(files)} .safetensors files but no {INDEX_NAME} to say how they form one checkpoint"
         )
-    return files, None, path
+    return {files[0].name: files[0]}, None, path
 
 
 _PICKLE_HELP = (
@@ -246,7 +279,7 @@ _PICKLE_HELP = (
 )
 
 
-def _resolve_index(index_path: Path) -> tuple[list[Path], dict, Path]:
+def _resolve_index(index_path: Path) -> tuple[dict[str, Path], dict, Path]:
     folder = index_path.parent
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"), object_pairs_hook=_reject_duplicates(index_path))
@@ -268,14 +301,31 @@ def _resolve_index(index_path: Path) -> tuple[list[Path], dict, Path]:
         if not candidate.is_file():
             raise CheckpointError(index_path, f"file {name!r} does not exist", tensor=tensor)
         files[name] = candidate
-    return list(files.values()), index, folder
+    return files, index, folder
+
+
+@contextmanager
+def gc_paused():
+    """Parsing 10^5 header entries allocates millions of objects that all stay alive; the cyclic
+    GC would rescan them again and again (4x the parse time), and none of them form cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def open_checkpoint(path) -> Checkpoint:
     """Read every header of the checkpoint at `path` and validate them together."""
-    path = Path(path)
+    with gc_paused():
+        return _open_checkpoint(Path(path))
+
+
+def _open_checkpoint(path: Path) -> Checkpoint:
     files, index, folder = _resolve_files(path)
-    shards = [read_header(f) for f in files]
+    shards = [read_header(f) for f in files.values()]
     tensors: dict[str, TensorInfo] = {}
     for shard in shards:
         for t in shard.tensors:
@@ -288,7 +338,7 @@ def open_checkpoint(path) -> Checkpoint:
             found = tensors.get(tensor)
             if found is None:
                 raise CheckpointError(index_path, f"listed in {name} but not in that file's header", tensor=tensor)
-            if found.file.name != Path(name).name or found.file.resolve() != (folder / name).resolve():
+            if found.file != files[name]:
                 raise CheckpointError(index_path, f"listed in {name} but stored in {found.file.name}", tensor=tensor)
         for name, t in tensors.items():
             if name not in index["weight_map"]:

@@ -203,13 +203,12 @@ def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, 
     if is_training_only(key) and policy != CRASH:
         return TRAINING_ONLY, None, None, "training-only tensor; no engine parameter exists for it"
     last = tried if profile.prefix_rule == "always" and "lm_head" in tried else f"model.{tried}"
-    looked = last if profile.prefix_rule == "always" else f"{tried} or {last}"
-    said = f' ("{message.format(name=last)}")' if message else ""
+    said = f': "{message.format(name=last)}"' if message else ""
     if policy == CRASH:
-        return CRASHED, None, None, f"no parameter {looked}: the load fails{said}"
+        return CRASHED, None, None, f"no parameter {last}; the load fails{said}"
     if policy == WARN:
-        return DROPPED, None, None, f"no parameter {looked}: skipped with a warning{said}"
-    return DROPPED, None, None, f"no parameter {looked}: skipped silently"
+        return DROPPED, None, None, f"no parameter {last}; skipped with a warning{said}"
+    return DROPPED, None, None, f"no parameter {last}; skipped silently"
 
 
 def _iteration_order(checkpoint: Checkpoint):

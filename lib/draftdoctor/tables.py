@@ -6,7 +6,7 @@ the same rows in DataFrames for notebooks.
 
 from __future__ import annotations
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, gc_paused
 
 
 def module_prefix(name: str) -> str:
@@ -22,10 +22,17 @@ def module_prefix(name: str) -> str:
 
 def tensor_rows(checkpoint: Checkpoint) -> list[dict]:
     """One row per tensor (module, name, dtype, shape, bytes, file), grouped by module prefix."""
+    with gc_paused():
+        return _tensor_rows(checkpoint)
+
+
+def _tensor_rows(checkpoint: Checkpoint) -> list[dict]:
     rows = [
         {"module": module_prefix(t.name), "name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-         "bytes": t.nbytes, "file": t.file.name}
-        for t in checkpoint.tensors.values()
+         "bytes": t.end - t.begin, "file": file}
+        for shard in checkpoint.shards
+        for file in [shard.path.name]
+        for t in shard.tensors
     ]
     order = {}
     for r in rows:
