@@ -150,7 +150,8 @@ def _print_plan(plan, out) -> None:
             for t in plan.tensors], ["tensor", "becomes", "why"], out)
     out.write(f"\nconfig.json ({plan.config.format}):\n")
     for c in plan.config.changes:
-        out.write(f"  {c.field}: {_short(c.before)} -> {_short(c.after)}  ({c.reason})\n")
+        moved = f" (now {c.moved_to})" if c.moved_to else ""
+        out.write(f"  {c.field}: {_short(c.before)} -> {_short(c.after)}{moved}: {c.reason}\n")
     if not plan.config.changes:
         out.write("  unchanged\n")
     for f in plan.files:

@@ -134,6 +134,7 @@ class ConfigChange:
     before: object
     after: object
     reason: str
+    moved_to: str | None = None  # the field's new place, when it moves
 
 
 @dataclass
@@ -235,8 +236,8 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
     if ids:
         eagle["eagle_aux_hidden_state_layer_ids"] = [int(i) - 1 for i in ids]
         changes.append(ConfigChange("eagle_aux_hidden_state_layer_ids", ids, eagle["eagle_aux_hidden_state_layer_ids"],
-                                    "moved to eagle_config.eagle_aux_hidden_state_layer_ids, minus 1: SGLang reads the "
-                                    "ids only there and captures id + 1"))
+                                    "minus 1, in eagle_config: SGLang reads the ids only there and captures id + 1",
+                                    "eagle_config.eagle_aux_hidden_state_layer_ids"))
     if "use_aux_hidden_state" not in eagle:
         eagle["use_aux_hidden_state"] = True
         changes.append(ConfigChange("eagle_config.use_aux_hidden_state", ABSENT, True, "EAGLE-3 drafts read aux hidden states"))
@@ -276,8 +277,9 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
         before = eagle["eagle_aux_hidden_state_layer_ids"]
         ids = [int(i) + 1 for i in before]
         changes.append(ConfigChange("eagle_config.eagle_aux_hidden_state_layer_ids", before, ids,
-                                    "moved to eagle_aux_hidden_state_layer_ids, plus 1: eagle_config ids are in "
-                                    "SGLang's convention (it captures id + 1); speculators and vLLM use them as-is"))
+                                    "plus 1, at the top level: eagle_config ids are in SGLang's convention (it "
+                                    "captures id + 1); speculators and vLLM use them as-is",
+                                    "eagle_aux_hidden_state_layer_ids"))
     else:
         ids = flat.get("eagle_aux_hidden_state_layer_ids")
     derived = set(record.get("derived", ()))

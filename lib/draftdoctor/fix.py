@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import queue
 import shutil
@@ -38,7 +39,8 @@ from .layouts import Layout, detect_layout
 from .renames import choose
 
 CHUNK = 64 << 20  # bytes per copy call: progress granularity and hashing pipeline step
-HASH_BUFFER = 8 << 20  # per buffer; the verifier holds two
+HASH_WINDOW = 8 << 20  # bytes of SRC and of DST mapped at a time while checksumming
+COPY_BUFFER = 8 << 20  # for the last-resort copy through user space
 
 
 class FixError(Exception):
@@ -114,7 +116,7 @@ class FixPlan:
         """Plan rows (kind, old, new, reason): tensors, then config changes, then files."""
         rows = [{"kind": "tensor", "old": t.old, "new": t.new, "reason": t.reason} for t in self.tensors]
         rows += [{"kind": "config", "old": f"{c.field} = {_show(c.before)}",
-                  "new": None if c.after == ABSENT else f"{c.field} = {_show(c.after)}", "reason": c.reason}
+                  "new": None if c.after == ABSENT else f"{c.moved_to or c.field} = {_show(c.after)}", "reason": c.reason}
                  for c in self.config.changes]
         rows += [{"kind": "file", "old": f.name, "new": f.name if f.copy else None, "reason": f.reason} for f in self.files]
         return rows
@@ -290,7 +292,7 @@ def check_destination(plan: FixPlan, dst: Path, force: bool) -> None:
     if src_folder.is_relative_to(target):
         raise FixError(f"{dst}: contains the source checkpoint {plan.checkpoint.folder}; choose another --out")
     if not target.parent.is_dir():
-        raise FixError(f"{dst}: parent folder {dst.parent} does not exist")
+        raise FixError(f"{dst}: parent {dst.parent} is not an existing folder")
     if os.path.lexists(dst):
         if not force:
             raise FixError(f"{dst}: already exists; pass --force to replace it (after the new one is verified)")
@@ -447,7 +449,7 @@ class _Copier:
                     raise
                 self.method = "buffered"
         if self._buffer is None:
-            self._buffer = bytearray(HASH_BUFFER)
+            self._buffer = bytearray(COPY_BUFFER)
         view = memoryview(self._buffer)[:min(count, len(self._buffer))]
         n = os.preadv(src_fd, [view], src_off)
         written = 0
@@ -457,70 +459,81 @@ class _Copier:
 
 
 class _Hasher:
-    """A thread that checksums each tensor's bytes in SRC and in DST, following the copy.
+    """Two threads that checksum each tensor's bytes, one in SRC and one in DST, following the copy.
 
-    `written(planned, path, upto)` says DST `path` is complete up to byte `upto`; the thread then
-    checksums the newly covered parts of each tensor, so checksumming overlaps the copy.
+    `written(planned, path, upto)` says DST `path` is complete up to byte `upto`; both threads then
+    checksum the newly covered parts of each tensor (CRC-32 is incremental), so checksumming runs
+    alongside the kernel's copy instead of after it.
     """
 
     def __init__(self):
-        self._jobs: queue.Queue = queue.Queue()
-        self._sums: dict[str, list[int]] = {}
+        self._sums: dict[str, list[int]] = {}  # tensor -> [crc in SRC, crc in DST, bytes checked]
         self._queued: dict[Path, int] = {}
         self._error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="draftdoctor-verify", daemon=True)
-        self._thread.start()
+        self._queues = (queue.Queue(), queue.Queue())
+        self._threads = [threading.Thread(target=self._run, args=(side,), name=f"draftdoctor-verify-{side}",
+                                          daemon=True) for side in (0, 1)]
+        for t in self._threads:
+            t.start()
 
     def written(self, planned: list[_Planned], path: Path, upto: int) -> None:
         start = self._queued.get(path, 0)
         for p in planned:
             lo, hi = max(start, p.dst_begin), min(upto, p.dst_begin + p.nbytes)
             if lo < hi:
-                self._jobs.put((p, lo - p.dst_begin, hi - lo))
+                self._sums.setdefault(p.name, [0, 0, 0])
+                for q in self._queues:
+                    q.put((p, lo - p.dst_begin, hi - lo))
         self._queued[path] = max(start, upto)
         if self._error is not None:
             raise self._error
 
     def finish(self) -> dict[str, list[int]]:
-        """Wait for the thread; {tensor: [crc in SRC, crc in DST, bytes checked]}."""
-        self._jobs.put(None)
-        self._thread.join()
+        """Wait for both threads and return {tensor: [crc in SRC, crc in DST, bytes checked]}."""
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join()
         if self._error is not None:
             raise self._error
         return self._sums
 
-    def _run(self) -> None:
-        buffer = memoryview(bytearray(HASH_BUFFER))
-        fds: dict[Path, int] = {}
+    def _run(self, side: int) -> None:
+        jobs, fds = self._queues[side], {}
         try:
-            while (job := self._jobs.get()) is not None:
+            while (job := jobs.get()) is not None:
                 if self._error is not None:
-                    continue
+                    continue  # drain
                 p, rel, length = job
-                sums = self._sums.setdefault(p.name, [0, 0, 0])
-                for i, (path, base) in enumerate(((p.src, p.src_begin), (p.dst, p.dst_begin))):
-                    fd = fds.get(path)
-                    if fd is None:
-                        fd = fds[path] = os.open(path, os.O_RDONLY)
-                    sums[i] = _crc_range(fd, base + rel, length, sums[i], buffer)
-                sums[2] += length
-        except BaseException as e:  # reported to the main thread by written()/finish()
+                path, base = (p.src, p.src_begin) if side == 0 else (p.dst, p.dst_begin)
+                if path not in fds:
+                    fds[path] = os.open(path, os.O_RDONLY)
+                sums = self._sums[p.name]
+                sums[side] = _crc_range(fds[path], base + rel, length, sums[side])
+                if side == 1:
+                    sums[2] += length
+        except BaseException as e:  # re-raised in the main thread by written()/finish()
             self._error = e
-            while self._jobs.get() is not None:
+            while jobs.get() is not None:
                 pass
         finally:
             for fd in fds.values():
                 os.close(fd)
 
 
-def _crc_range(fd: int, offset: int, length: int, crc: int, buffer: memoryview) -> int:
+def _crc_range(fd: int, offset: int, length: int, crc: int) -> int:
+    """CRC-32 of a file range, read through small mmap windows: no copy, bounded memory."""
     while length > 0:
-        n = os.preadv(fd, [buffer[:min(length, len(buffer))]], offset)
-        if n == 0:
-            raise OSError(errno.EIO, f"unexpected end of file at byte {offset}")
-        crc = zlib.crc32(buffer[:n], crc)
-        offset, length = offset + n, length - n
+        base = offset - offset % mmap.ALLOCATIONGRANULARITY
+        size = min(HASH_WINDOW, offset - base + length)
+        with mmap.mmap(fd, size, offset=base, access=mmap.ACCESS_READ) as window:
+            view = memoryview(window)
+            try:
+                crc = zlib.crc32(view[offset - base:size], crc)
+            finally:
+                view.release()
+        length -= size - (offset - base)
+        offset = base + size
     return crc
 
 
