@@ -454,3 +454,13 @@ def test_source_that_changed_after_planning_is_caught(draft, tmp_path):
     with pytest.raises(FixError, match="before the data its header describes"):
         apply_fix(plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not leftovers(tmp_path)
+
+
+def test_failure_while_checksumming_is_reported_and_cleaned_up(draft, tmp_path, monkeypatch):
+    def unreadable(*a):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(fixmod, "_crc_mapped", unreadable)
+    with pytest.raises(FixError, match="cannot read it back to verify"):
+        apply_fix(plan_fix(draft("speculators"), "vllm"), tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not leftovers(tmp_path)

@@ -5,8 +5,8 @@ engine reads (`configs.rewrite_config`), the other files to copy, and the covera
 loader would give the result (its replay over the renamed headers). `apply_fix` carries the plan
 out without loading a tensor: each shard gets a new header and its data bytes are copied by the
 kernel (`copy_file_range`, else `sendfile`, else a bounded buffer) into a temporary folder beside
-DST, while a second thread checksums every tensor's bytes in SRC and, as soon as they are
-written, in DST. Then DST's headers are re-read and checked against the plan and the engine's
+DST, while two threads checksum every tensor's bytes in SRC and, as soon as they are written,
+in DST. Then DST's headers are re-read and checked against the plan and the engine's
 loader is replayed over them; only a verified result is renamed into place. SRC is only ever
 opened for reading, and on any failure or interrupt everything written is removed.
 
@@ -314,7 +314,8 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
 
     `progress(nbytes)` is called as tensor bytes are copied. Raises FixError before writing
     anything if the plan is blocked (or lossy without `allow_lossy`) or DST is unsafe; a result
-    whose verification failed has `written` False and leaves no DST behind.
+    whose verification failed has `written` False and leaves DST as it was (absent, or the old
+    folder under `force`).
     """
     dst = Path(dst)
     if plan.blocking:
@@ -329,12 +330,13 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
     except OSError as e:
         raise FixError(f"{dst.parent}: cannot create a folder there ({e.strerror})") from None
     try:
-        copier = _Copier()
-        hasher = _Hasher()
+        copier, hasher = _Copier(), _Hasher()
         try:
             planned = [_write_shard(plan, shard, tmp, copier, hasher, progress) for shard in plan.checkpoint.shards]
-        finally:
-            sums = hasher.finish()
+        except BaseException:
+            hasher.abort()
+            raise
+        sums = hasher.finish()
         _write_index(plan, tmp, planned)
         (tmp / CONFIG_NAME).write_text(json.dumps(plan.config.config, indent=2) + "\n", encoding="utf-8")
         copied = [f for f in plan.files if f.copy]
@@ -388,6 +390,7 @@ def _write_shard(plan: FixPlan, shard: ShardHeader, folder: Path, copier, hasher
     for t in kept:
         planned.append(_Planned(names[t.name], t.dtype, t.shape, t.file, t.begin, out_path, position, t.nbytes))
         position += t.nbytes
+    hasher.source(planned)
     with open(shard.path, "rb") as src, open(out_path, "xb") as out:
         out.write(len(raw).to_bytes(8, "little") + raw)
         out.flush()
@@ -459,37 +462,43 @@ class _Copier:
 
 
 class _Hasher:
-    """Two threads that checksum each tensor's bytes, one in SRC and one in DST, following the copy.
+    """Two threads that checksum each tensor's bytes, one in SRC and one in DST, alongside the copy.
 
-    `written(planned, path, upto)` says DST `path` is complete up to byte `upto`; both threads then
-    checksum the newly covered parts of each tensor (CRC-32 is incremental), so checksumming runs
-    alongside the kernel's copy instead of after it.
+    `source(planned)` queues a shard's tensors for the SRC thread, which can run ahead of the copy
+    (and use the time the copy waits on write-back); `written(planned, path, upto)` says DST `path`
+    is complete up to byte `upto`, and the DST thread checksums the newly covered parts of each
+    tensor (CRC-32 is incremental). So checksumming overlaps the kernel's copy instead of following it.
     """
 
+    SRC, DST = 0, 1
+
     def __init__(self):
-        self._sums: dict[str, list[int]] = {}  # tensor -> [crc in SRC, crc in DST, bytes checked]
+        self._sums: dict[str, list[int]] = {}  # tensor -> [crc in SRC, crc in DST, bytes in SRC, bytes in DST]
         self._queued: dict[Path, int] = {}
         self._error: BaseException | None = None
         self._queues = (queue.Queue(), queue.Queue())
         self._threads = [threading.Thread(target=self._run, args=(side,), name=f"draftdoctor-verify-{side}",
-                                          daemon=True) for side in (0, 1)]
+                                          daemon=True) for side in (self.SRC, self.DST)]
         for t in self._threads:
             t.start()
+
+    def source(self, planned: list[_Planned]) -> None:
+        for p in planned:
+            self._sums.setdefault(p.name, [0, 0, 0, 0])
+            self._queues[self.SRC].put((p, 0, p.nbytes))
 
     def written(self, planned: list[_Planned], path: Path, upto: int) -> None:
         start = self._queued.get(path, 0)
         for p in planned:
             lo, hi = max(start, p.dst_begin), min(upto, p.dst_begin + p.nbytes)
             if lo < hi:
-                self._sums.setdefault(p.name, [0, 0, 0])
-                for q in self._queues:
-                    q.put((p, lo - p.dst_begin, hi - lo))
+                self._queues[self.DST].put((p, lo - p.dst_begin, hi - lo))
         self._queued[path] = max(start, upto)
         if self._error is not None:
             raise self._error
 
     def finish(self) -> dict[str, list[int]]:
-        """Wait for both threads and return {tensor: [crc in SRC, crc in DST, bytes checked]}."""
+        """Wait for both threads; {tensor: [crc in SRC, crc in DST, bytes read in SRC, bytes read in DST]}."""
         for q in self._queues:
             q.put(None)
         for t in self._threads:
@@ -498,30 +507,52 @@ class _Hasher:
             raise self._error
         return self._sums
 
+    def abort(self) -> None:
+        """Stop both threads without reporting (another error is already on its way)."""
+        self._error = self._error or FixError("aborted")
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join()
+
     def _run(self, side: int) -> None:
-        jobs, fds = self._queues[side], {}
+        # SRC is read with pread: another process truncating it would make a mapped read kill
+        # this one (SIGBUS). DST lives in our private temporary folder, so it is mapped: no copy.
+        crc_range = _crc_read if side == self.SRC else _crc_mapped
+        jobs, fds, buffer, path = self._queues[side], {}, memoryview(bytearray(HASH_WINDOW)), None
         try:
             while (job := jobs.get()) is not None:
                 if self._error is not None:
                     continue  # drain
                 p, rel, length = job
-                path, base = (p.src, p.src_begin) if side == 0 else (p.dst, p.dst_begin)
+                path, base = (p.src, p.src_begin) if side == self.SRC else (p.dst, p.dst_begin)
                 if path not in fds:
                     fds[path] = os.open(path, os.O_RDONLY)
                 sums = self._sums[p.name]
-                sums[side] = _crc_range(fds[path], base + rel, length, sums[side])
-                if side == 1:
-                    sums[2] += length
+                sums[side] = crc_range(fds[path], base + rel, length, sums[side], buffer)
+                sums[2 + side] += length
         except BaseException as e:  # re-raised in the main thread by written()/finish()
-            self._error = e
-            while jobs.get() is not None:
+            failed = isinstance(e, (OSError, ValueError))
+            self._error = FixError(f"{path}: cannot read it back to verify ({e})") if failed else e
+            while jobs.get() is not None:  # drain, so the producer never blocks
                 pass
         finally:
             for fd in fds.values():
                 os.close(fd)
 
 
-def _crc_range(fd: int, offset: int, length: int, crc: int) -> int:
+def _crc_read(fd: int, offset: int, length: int, crc: int, buffer: memoryview) -> int:
+    """CRC-32 of a file range, read through a fixed buffer."""
+    while length > 0:
+        n = os.preadv(fd, [buffer[:min(length, len(buffer))]], offset)
+        if n == 0:
+            raise OSError(errno.EIO, f"file ends at byte {offset}, before the data its header describes")
+        crc = zlib.crc32(buffer[:n], crc)
+        offset, length = offset + n, length - n
+    return crc
+
+
+def _crc_mapped(fd: int, offset: int, length: int, crc: int, _buffer=None) -> int:
     """CRC-32 of a file range, read through small mmap windows: no copy, bounded memory."""
     while length > 0:
         base = offset - offset % mmap.ALLOCATIONGRANULARITY
@@ -550,7 +581,7 @@ def _write_index(plan: FixPlan, folder: Path, planned: list[list[_Planned]]) -> 
 def _verify(plan: FixPlan, folder: Path, planned: list[list[_Planned]], sums: dict) -> Verification:
     """Re-read DST's headers and check them against the plan, compare checksums, replay the engine."""
     flat = [p for shard in planned for p in shard]
-    mismatched = [p.name for p in flat if (s := sums.get(p.name, [0, 0, 0]))[0] != s[1] or s[2] != p.nbytes]
+    mismatched = [p.name for p in flat if (s := sums[p.name])[0] != s[1] or s[2] != p.nbytes or s[3] != p.nbytes]
     problems = []
     try:
         written = open_checkpoint(folder)
@@ -568,7 +599,7 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[_Planned]], sums: di
     if written.config != plan.config.config:
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
     coverage = replay(written, plan.engine)
-    return Verification(len(flat), sum(s[2] for s in sums.values()), mismatched, problems, coverage)
+    return Verification(len(flat), sum(s[3] for s in sums.values()), mismatched, problems, coverage)
 
 
 def _put_in_place(tmp: Path, dst: Path) -> None:
