@@ -464,3 +464,13 @@ def test_failure_while_checksumming_is_reported_and_cleaned_up(draft, tmp_path, 
     with pytest.raises(FixError, match="cannot read it back to verify"):
         apply_fix(plan_fix(draft("speculators"), "vllm"), tmp_path / "out")
     assert not (tmp_path / "out").exists() and not leftovers(tmp_path)
+
+
+def test_cli_exits_1_when_verification_fails(draft, tmp_path, monkeypatch, capsys):
+    from draftdoctor import cli
+
+    monkeypatch.setattr(fixmod, "_verify", lambda *a: fixmod.Verification(15, 0, ["fc.weight"], [], None))
+    code = cli.main(["fix", str(draft("speculators")), "--engine", "vllm", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 1 and "verification failed" in out and "fc.weight: bytes in DST differ" in out
+    assert not (tmp_path / "out").exists() and not leftovers(tmp_path)
