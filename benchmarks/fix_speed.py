@@ -8,7 +8,8 @@ folder under build/, then in this one run times, as subprocesses, alternating an
   - script: the story's script, safetensors load_file -> rename layers.0. -> midlayer. -> save_file
             (torch; run with this venv's python).
 Each run is preceded by a `sync` so one run's write-back does not slow the next, and measured by a
-wrapper process (wall time around the child, peak RSS from getrusage(RUSAGE_CHILDREN)).
+wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
+whose RSS includes the few MB the child inherits from the wrapper before exec).
 Prints medians and the ratios to cp; targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
 Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep]
 """
@@ -34,7 +35,8 @@ import json, resource, subprocess, sys, time
 start = time.perf_counter()
 rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
 wall = time.perf_counter() - start
-print(json.dumps({"rc": rc, "wall": wall, "rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": rc, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss}))
 """
 
 STORY_SCRIPT = """
@@ -89,11 +91,12 @@ def main():
 def report(runs: dict) -> None:
     wall = {name: statistics.median(r["wall"] for r in rs) for name, rs in runs.items()}
     rss = {name: max(r["rss_kb"] for r in rs) / 1024 for name, rs in runs.items()}
-    print(f"{'':8} {'median wall':>12} {'min..max':>14} {'x cp':>6} {'peak RSS':>10}")
+    cpu = {name: statistics.median(r["cpu"] for r in rs) for name, rs in runs.items()}
+    print(f"{'':8} {'median wall':>12} {'min..max':>14} {'x cp':>6} {'CPU (user+sys)':>15} {'peak RSS':>10}")
     for name, rs in runs.items():
         walls = [r["wall"] for r in rs]
         print(f"{name:8} {wall[name]:10.2f} s {min(walls):6.2f}..{max(walls):5.2f} s {wall[name] / wall['cp']:6.2f} "
-              f"{rss[name]:7.0f} MB")
+              f"{cpu[name]:13.2f} s {rss[name]:7.0f} MB")
     ratio = wall["fix"] / wall["cp"]
     print(f"\nfix / cp wall time: {ratio:.2f}x (target <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'}); "
           f"fix peak RSS {rss['fix']:.0f} MB (target <= 80 MB: {'met' if rss['fix'] <= 80 else 'MISSED'}); "

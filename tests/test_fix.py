@@ -460,7 +460,7 @@ def test_failure_while_checksumming_is_reported_and_cleaned_up(draft, tmp_path, 
     def unreadable(*a):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(fixmod, "_crc_mapped", unreadable)
+    monkeypatch.setattr(fixmod, "_same_bytes", unreadable)
     with pytest.raises(FixError, match="cannot read it back to verify"):
         apply_fix(plan_fix(draft("speculators"), "vllm"), tmp_path / "out")
     assert not (tmp_path / "out").exists() and not leftovers(tmp_path)

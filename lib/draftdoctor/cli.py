@@ -128,7 +128,7 @@ def cmd_fix(args, out) -> int:
                   f"{result.tensors_copied} copied ({human_bytes(result.bytes_copied)}, {result.copy_method}), "
                   f"{len(plan.config.changes)} config changes, {result.files_copied} other files, "
                   f"{result.seconds:.2f} s\n")
-        out.write(f"verified: headers re-read, {v.tensors_checked} tensors' bytes match the source (crc32), "
+        out.write(f"verified: headers re-read, {v.tensors_checked} tensors' bytes compared equal to the source, "
                   f"{plan.engine} coverage: {v.coverage.verdict}\n")
         for f in plan.findings:
             if f.severity != "info":
