@@ -474,3 +474,11 @@ def test_cli_exits_1_when_verification_fails(draft, tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     assert code == 1 and "verification failed" in out and "fc.weight: bytes in DST differ" in out
     assert not (tmp_path / "out").exists() and not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("change", [{"eagle_aux_hidden_state_layer_ids": ["one", "two"]},
+                                    {"transformer_layer_config": "llama"}])
+def test_malformed_config_is_refused_in_one_line(draft, tmp_path, change):
+    src = with_config(draft("speculators"), **change)
+    code, _, err = run("fix", src, "--engine", "sglang==0.5.10", "--out", tmp_path / "out")
+    one_line_error(code, err, "config.json")

@@ -25,7 +25,6 @@ import shutil
 import tempfile
 import threading
 import time
-import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -189,7 +188,10 @@ def plan_fix(src, engine: str) -> FixPlan:
     if fmt == UNKNOWN:
         raise FixError(f"{ckpt.config_path}: neither a flat Llama config (model_type/architectures) nor "
                        "speculators' nested config (speculators_model_type)")
-    rewrite = rewrite_config(ckpt.config, profile)
+    try:
+        rewrite = rewrite_config(ckpt.config, profile)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise FixError(f"{ckpt.config_path}: cannot rewrite it for {profile.engine} ({e})") from None
     layout = detect_layout(ckpt.tensors, ckpt.config)
     try:
         dims = draft_dims(Checkpoint(ckpt.path, ckpt.shards, ckpt.tensors, rewrite.config))
@@ -404,7 +406,6 @@ def _write_shard(plan: FixPlan, shard: ShardHeader, folder: Path, copier, compar
                 comparer.written(planned, out_path, run_dst + done)
                 if progress:
                     progress(step)
-    comparer.written(planned, out_path, position)
     return planned
 
 
