@@ -164,8 +164,7 @@ def read_header(path: Path) -> ShardHeader:
 def _tensor_infos(path: Path, header: dict, data_start: int) -> list[TensorInfo]:
     """All entries of a header; a fast check per entry, and `_tensor_info` to name any problem.
 
-    This runs 10^5 times for a large checkpoint, so the common case costs a few operations: a
-    float, string or list among the dims makes the product a non-int; a negative dim fails min().
+    This runs 10^5 times for a large checkpoint, so the common case costs a few operations.
     """
     out = []
     bits_of = DTYPE_BITS.get
@@ -176,10 +175,13 @@ def _tensor_infos(path: Path, header: dict, data_start: int) -> list[TensorInfo]
             shape = entry["shape"]
             begin, end = entry["data_offsets"]
             bits = bits_of(entry["dtype"])
+            ok = bits is not None and type(shape) is list
             for d in shape:
+                if type(d) is not int or d < 0:
+                    ok = False
+                    break
                 bits *= d
-            ok = (type(bits) is int and type(shape) is list and (not shape or min(shape) >= 0)
-                  and type(begin) is int and type(end) is int and 0 <= begin and bits == (end - begin) * 8)
+            ok = ok and type(begin) is int and type(end) is int and 0 <= begin and bits == (end - begin) * 8
         except (TypeError, KeyError, ValueError):
             ok = False
         if not ok:

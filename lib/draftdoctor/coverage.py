@@ -330,6 +330,14 @@ def _dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
     return max(1, DTYPE_BITS[largest.dtype] // 8)
 
 
-def check(path, engine: str) -> CoverageReport:
-    """Open the checkpoint at `path` (headers only) and replay `engine`'s loader over it."""
+LOADERS = ("replay",)
+
+
+def check(path, engine: str, loader: str = "replay") -> CoverageReport:
+    """The coverage report of `engine` loading the checkpoint at `path`.
+
+    loader "replay": replay the engine profile over the headers (instant, no engine needed).
+    """
+    if loader not in LOADERS:
+        raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     return replay(open_checkpoint(path), engine)
