@@ -69,7 +69,7 @@ def cmd_inspect(args, out) -> int:
 def cmd_check(args, out) -> int:
     from .coverage import check
 
-    report = check(args.path, args.engine)
+    report = check(args.path, args.engine, target=args.target)
     status = EXIT_FINDINGS if report.errors else EXIT_OK
     if args.format == "json":
         json.dump(report.to_dict(), out, indent=1)
@@ -182,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="what an engine's loader would write, skip, or leave at init")
     p.add_argument("path")
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
+    p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(run=cmd_check)
     p = sub.add_parser("fix", help="rewrite a draft so an engine loads every tensor, verified; SRC is never modified")

@@ -57,6 +57,10 @@ class PortBusy(ServerError):
     pass
 
 
+class LaunchRefused(ServerError):
+    """A launch configuration that cannot work, refused before anything starts."""
+
+
 @dataclass
 class ServeConfig:
     """What to serve and how; the fields map one to one onto SGLang's launch flags."""
@@ -275,8 +279,14 @@ def serve(backend: str, config: ServeConfig, log_path, release: str | None = Non
           loader: str | None = None, retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
     """Start and wait for a server; on a start-up hang of real SGLang, retry once with CUDA graphs off.
 
-    Returns a ready Server; the caller stops it (or uses it as a context manager).
+    Returns a ready Server; the caller stops it (or uses it as a context manager). A configuration
+    with an error finding (e.g. algorithm-mismatch) is refused before anything starts.
     """
+    from ..checks import launch_checks
+
+    refused = [f for f in launch_checks(config.algorithm, config.draft) if f.severity == "error"]
+    if refused:
+        raise LaunchRefused("; ".join(f"{f.code}: {f.message}" for f in refused))
     try:
         return _ready_server(backend, config, log_path, release, engine, loader, **server_kwargs)
     except ServerHung:
