@@ -1,9 +1,15 @@
-"""Measure the demo draft's acceptance on the reference engine, loaded the ways the story goes.
+"""The story on the reference backend: acceptance before and after `draftdoctor fix`.
 
-`python -m draftdoctor.reference.acceptance [DATA_DIR]` prints accept length (log-line formula,
-and meta_info's, which also counts the prefill token) and strict accept rate over the demo prompts for: the speculators checkpoint as saved (`layers.0.*`, which SGLang
-0.4.9-0.5.11 drops: decoder layer left at its initial value), the same tensors renamed to
-`midlayer.*`, and the renamed draft with aux layer ids given to SGLang unconverted.
+`python -m draftdoctor.reference.acceptance [DATA_DIR]` prints, over the demo prompts, accept length
+(the log line's formula, and meta_info's, which also counts the prefill token) and the strict accept
+rate for:
+- draft-story under sglang==0.5.10: speculators' tensors with a hand-flattened config, the
+  checkpoint the story served (decoder layer dropped: expect accept length about 1.00);
+- the same after `draftdoctor fix --engine sglang==0.5.10` (expect well above 2);
+- draft-speculators as speculators saved it, under sglang==0.5.23: refused, as SGLang refuses its
+  nested config;
+- the same after `draftdoctor fix --engine sglang==0.5.23` (config converted; names load as they are).
+Each draft is loaded the way the emulated release's loader leaves it (draftdoctor.reference.loading).
 """
 
 from __future__ import annotations
@@ -11,14 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from draftdoctor.reference.draft import build_draft, replay_sglang_load
-from draftdoctor.reference.engine import GenerateResult, sglang_capture_layers, speculative_generate
-from draftdoctor.reference.llama import TargetModel, load_safetensors_dir
+from draftdoctor.reference.engine import GenerateResult, speculative_generate
+from draftdoctor.reference.llama import TargetModel
+from draftdoctor.reference.loading import LoadRefused, load_for_engine
 
 
 @dataclass
@@ -51,60 +58,45 @@ class Measurement:
                    [sum(c) for c in zip(*(r.accepted_per_position for r in results))])
 
 
-def flat_sglang_config(spec_config: dict, convert_ids: bool = True) -> dict:
-    """A speculators Eagle3 config flattened the way SGLang wants it (field notes §2).
-
-    With convert_ids, aux ids become SGLang's (speculators id - 1) under eagle_config.
-    """
-    flat = dict(spec_config["transformer_layer_config"])
-    ids = spec_config.get("eagle_aux_hidden_state_layer_ids")
-    flat.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
-                draft_vocab_size=spec_config["draft_vocab_size"])
-    if spec_config.get("target_hidden_size") is not None:
-        flat["target_hidden_size"] = spec_config["target_hidden_size"]
-    if ids is not None:
-        flat["eagle_config"] = {"use_aux_hidden_state": True,
-                                "eagle_aux_hidden_state_layer_ids":
-                                    [k - 1 for k in ids] if convert_ids else list(ids)}
-    return flat
-
-
-def load_draft(target: TargetModel, config: dict, tensors: dict[str, torch.Tensor]):
-    """The draft SGLang 0.4.9-0.5.11 would run: replayed load, then the target's embedding."""
-    state, written, hot = replay_sglang_load(config, tensors)
-    draft = build_draft(config, state, written, hot)
-    # SGLang's EAGLE worker shares the target's embedding with an EAGLE-3 draft (set_embed).
-    draft.params["model.embed_tokens.weight"] = target.embed
-    return draft, written
-
-
-def measure(target: TargetModel, draft, capture: tuple[int, ...], prompts: list[list[int]],
-            max_new_tokens: int, num_steps: int) -> Measurement:
-    return Measurement.of([speculative_generate(target, draft, capture, p, max_new_tokens, num_steps)
-                           for p in prompts])
-
-
-def demo_cases(data_dir: Path, n_prompts: int | None = None, max_new_tokens: int = 48,
-               num_steps: int = 4) -> dict[str, tuple[int, Measurement]]:
-    """{case: (parameters written of 11, Measurement)} for the three loads described above."""
+def tokenized_prompts(data_dir: Path, n_prompts: int | None = None) -> list[list[int]]:
     from tokenizers import Tokenizer
 
-    target = TargetModel.from_dir(data_dir / "target")
     tok = Tokenizer.from_file(str(data_dir / "target" / "tokenizer.json"))
     lines = (data_dir / "prompts.jsonl").read_text().splitlines()[:n_prompts]
-    prompts = [tok.encode(json.loads(line)["prompt"]).ids for line in lines]
-    spec = json.loads((data_dir / "draft-speculators" / "config.json").read_text())
-    raw = load_safetensors_dir(data_dir / "draft-speculators")
-    renamed = {k.replace("layers.0.", "midlayer."): v for k, v in raw.items()}
-    out = {}
-    for case, tensors, convert in (("as saved (layers.0.*)", raw, True),
-                                   ("renamed to midlayer.*", renamed, True),
-                                   ("renamed, aux ids unconverted", renamed, False)):
-        config = flat_sglang_config(spec, convert_ids=convert)
-        draft, written = load_draft(target, config, tensors)
-        capture = sglang_capture_layers(config, target.n_layers)
-        out[case] = (len(written), measure(target, draft, capture, prompts, max_new_tokens, num_steps))
-    return out
+    return [tok.encode(json.loads(line)["prompt"]).ids for line in lines]
+
+
+def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]], max_new_tokens: int,
+            num_steps: int, loader: str = "replay") -> tuple[int, Measurement]:
+    """(parameters written, Measurement) of `draft_dir` served by `engine`; LoadRefused if it would not start."""
+    loaded = load_for_engine(draft_dir, engine, target, loader=loader)
+    results = [speculative_generate(target, loaded.draft, loaded.capture, p, max_new_tokens, num_steps)
+               for p in prompts]
+    return len(loaded.written), Measurement.of(results)
+
+
+def demo_cases(data_dir: Path, workdir: Path, n_prompts: int | None = None, max_new_tokens: int = 48,
+               num_steps: int = 4) -> dict[str, tuple[int, Measurement] | str]:
+    """{case: (parameters written, Measurement), or the refusal message} for the four cases above."""
+    from draftdoctor.fix import apply_fix, plan_fix
+
+    target = TargetModel.from_dir(data_dir / "target")
+    prompts = tokenized_prompts(data_dir, n_prompts)
+    cases = {}
+    for name, draft, engine, fixed in (
+        ("story draft, sglang==0.5.10", data_dir / "draft-story", "sglang==0.5.10", False),
+        ("story draft fixed, sglang==0.5.10", data_dir / "draft-story", "sglang==0.5.10", True),
+        ("speculators draft, sglang==0.5.23", data_dir / "draft-speculators", "sglang==0.5.23", False),
+        ("speculators draft fixed, sglang==0.5.23", data_dir / "draft-speculators", "sglang==0.5.23", True),
+    ):
+        if fixed:
+            out = workdir / name.replace(" ", "-").replace(",", "").replace("=", "")
+            draft = apply_fix(plan_fix(draft, engine), out, force=True).dst
+        try:
+            cases[name] = measure(target, draft, engine, prompts, max_new_tokens, num_steps)
+        except LoadRefused as e:
+            cases[name] = f"refused: {e}"
+    return cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,11 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-steps", type=int, default=4)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # tiny ops: a second thread only adds overhead
-    cases = demo_cases(args.data_dir, max_new_tokens=args.max_new_tokens, num_steps=args.num_steps)
-    print(f"reference backend, SGLang 0.4.9-0.5.11 semantics, {args.num_steps} steps, topk 1")
-    for case, (written, m) in cases.items():
+    with tempfile.TemporaryDirectory() as work:
+        cases = demo_cases(args.data_dir, Path(work), max_new_tokens=args.max_new_tokens, num_steps=args.num_steps)
+    print(f"reference backend (CPU), {args.num_steps} steps, topk 1, {args.max_new_tokens} new tokens per prompt")
+    for case, outcome in cases.items():
+        if isinstance(outcome, str):
+            print(f"{case:40s} {outcome}")
+            continue
+        written, m = outcome
         per_pos = ", ".join(f"{c / m.spec_verify_ct:.2f}" for c in m.accepted_per_position)
-        print(f"{case:30s} written {written:2d}/11  accept len {m.step_accept_length:.2f} "
+        print(f"{case:40s} written {written:2d}/11  accept len {m.step_accept_length:.2f} "
               f"(meta_info {m.accept_length:.2f})  strict accept rate "
               f"{m.strict_accept_rate:.2f}  per position [{per_pos}]")
     return 0

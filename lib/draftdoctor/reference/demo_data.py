@@ -197,6 +197,25 @@ def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str
     (out / "config.py").unlink()
 
 
+def write_story_draft(demo: Path) -> Path:
+    """draft-story/: the speculators draft as the story's team served it in SGLang 0.5.10.
+
+    SGLang cannot read speculators' nested config, so the team wrote the flat Llama config by
+    hand (aux ids converted correctly) and kept the tensors as speculators saved them, with the
+    `layers.0.*` names that 0.4.9-0.5.11 silently drop.
+    """
+    from draftdoctor.configs import RECORD_KEY, rewrite_config
+    from draftdoctor.engines import resolve_engine
+
+    src, out = demo / "draft-speculators", demo / "draft-story"
+    out.mkdir(exist_ok=True)
+    shutil.copyfile(src / "model.safetensors", out / "model.safetensors")
+    flat = rewrite_config(json.loads((src / "config.json").read_text()), resolve_engine("sglang==0.5.10")[0]).config
+    flat.pop(RECORD_KEY, None)  # a hand-written config has no conversion record
+    (out / "config.json").write_text(json.dumps(flat, indent=2) + "\n")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="output folder (replaced)")
@@ -215,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     vocab = build_tokenizer(target_dir)
     train_target(target_dir, vocab, log)
     train_draft(out / "draft-speculators", target_dir, str(target_dir), vocab, log)
+    write_story_draft(out)
     rng = random.Random(SEED)
     lines = [json.dumps({"prompt": p}) for p in corpus.prompts(rng, N_PROMPTS)]
     (out / "prompts.jsonl").write_text("\n".join(lines) + "\n")
