@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         sys.stderr.write(f"draftdoctor: error: {e}\n")
         return EXIT_UNUSABLE
     except KeyboardInterrupt:
-        sys.stderr.write("draftdoctor: interrupted; nothing written\n")
+        sys.stderr.write("draftdoctor: interrupted (anything half-written was removed)\n")
         return 130
     except BrokenPipeError:
         return EXIT_OK
