@@ -1,0 +1,273 @@
+"""JupyterLab in a real browser (issue 10): the five notebooks run in Lab on the demo data with their
+widgets on, driven in Debian's Chromium by Playwright, as a user would: open, Run All, type, pick.
+
+Lab serves a temporary root holding copies of the notebooks with `interactive = True` (the committed
+ones are never touched) beside a link to the repository's data/, so the notebooks' own relative
+paths (../data/demo/..., ../runs/scratch) work unchanged. The tests run in file order: step 5
+measures the draft that step 4 fixed. Screenshots: build/test-artifacts/lab/<notebook>.png.
+
+Without Chromium (or Playwright) the tests skip, saying how to get it; in CI (CI=true) they fail.
+"""
+
+import json
+import os
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from draftdoctor.checkpoint import open_checkpoint
+from draftdoctor.coverage import check, replay
+from draftdoctor.lab import Lab
+from draftdoctor.tables import tensor_frame
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "build" / "test-artifacts" / "lab"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Chromium on a closed network, as root: no sandbox, no background connections, a fresh profile.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+DEMO_DRAFT = ROOT / "data" / "demo" / "draft-story"
+RELEASE = "sglang==0.5.10"  # the notebooks' default engine release
+KERNEL_TIMEOUT = 60  # seconds for a notebook's kernel to start
+RUN_TIMEOUT = 120  # seconds for Run All (step 5 starts the reference server twice: ~15 s)
+# Lab's user settings for the test: no "get Jupyter news?" prompt over the screenshots.
+SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
+
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+
+def _missing() -> str | None:
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"Chromium not found at {CHROMIUM}: `make browser` installs Debian's chromium (apt-get, as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright is not installed: `make setup` installs it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = _missing()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, browser):
+    root = tmp_path_factory.mktemp("lab")
+    (root / "notebooks").mkdir()
+    (root / "data").symlink_to(ROOT / "data")
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nbformat.write(_interactive(nbformat.read(path, as_version=4)), root / "notebooks" / path.name)
+    state = root.parent / f"{root.name}-state"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(state / "config"), JUPYTER_DATA_DIR=str(state / "data"),
+               JUPYTER_RUNTIME_DIR=str(state / "runtime"))
+    for name, values in SETTINGS.items():
+        target = state / "config" / "lab" / "user-settings" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.glob("*.png"):  # the screenshots show this run only
+        old.unlink()
+    with Lab(root, ARTIFACTS / "jupyter.log", env=env) as server:
+        yield server
+
+
+def _interactive(book):
+    """The notebook with `interactive = True` in its parameters cell, where it declares one."""
+    [cell] = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]
+    cell.source = re.sub(r"^(interactive: bool = )False", r"\1True", cell.source, flags=re.M)
+    return book
+
+
+@pytest.fixture
+def page(browser, lab, request):
+    """A fresh browser tab; its screenshot is saved at the end (also when the test fails), then the
+    notebook's kernel is shut down."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    crashes = []  # uncaught exceptions in Lab's front end (a widget that fails to render, say)
+    tab.on("pageerror", lambda error: crashes.append(str(error)))
+    yield tab
+    number = request.node.name.split("_")[1]  # test_03_... -> notebooks/03-*.ipynb
+    stem = next(p.stem for p in (ROOT / "notebooks").glob(f"{number}-*.ipynb"))
+    tab.screenshot(path=ARTIFACTS / f"{stem}.png")
+    context.close()
+    for session in _api(lab, "GET", "/api/sessions"):  # one kernel at a time on 2 cores
+        _api(lab, "DELETE", f"/api/sessions/{session['id']}")
+    assert not crashes, f"errors in the page: {crashes}"
+
+
+def _api(lab, method, path):
+    request = urllib.request.Request(lab.base_url + path, method=method,
+                                     headers={"Authorization": f"token {lab.token}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+def _wait(condition, timeout, message, poll=0.25):
+    """condition()'s first true value; on timeout fail with message (a string, or a function giving one)."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{message() if callable(message) else message} (after {timeout} s)")
+        time.sleep(poll)
+    return result
+
+
+def _prompts(page):
+    return page.locator(f"{PANEL} .jp-CodeCell .jp-InputPrompt").all_inner_texts()
+
+
+def run_notebook(page, lab, name):
+    """Open notebooks/<name> in Lab, Run All, save; return the saved notebook (nbformat).
+
+    Fails with the cell, exception and message if a cell raised, or with the cells still running on
+    a timeout. Waits on Lab's kernel state (the server's session, and the page's kernel indicator).
+    """
+    path = f"notebooks/{name}"
+    page.goto(lab.url(path) + "&reset")  # reset: a fresh workspace, not the previous test's tabs
+
+    def kernel_idle():
+        sessions = [s for s in _api(lab, "GET", "/api/sessions") if s["path"] == path]
+        return (sessions and sessions[0]["kernel"]["connections"] > 0 and sessions[0]["kernel"]["execution_state"] == "idle"
+                and page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status=idle]").count() == 1
+                and "| Idle" in page.locator("#jp-main-statusbar").inner_text())
+
+    _wait(kernel_idle, KERNEL_TIMEOUT, f"{name}: the kernel did not start and go idle in Lab")
+    page.keyboard.press("Control+b")  # hide the file browser: more notebook in the screenshot
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+    def finished():  # no cell queued or running, the first one done, the kernel indicator idle
+        prompts = _prompts(page)
+        return (prompts and "[*]:" not in prompts and re.fullmatch(r"\[\d+\]:", prompts[0])
+                and page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status=idle]").count() == 1)
+
+    _wait(finished, RUN_TIMEOUT, lambda: f"{name}: Run All did not finish; code cells still queued or running: "
+          f"{[i for i, p in enumerate(_prompts(page)) if p == '[*]:']}")
+
+    page.keyboard.press("Control+s")
+
+    def saved_run():
+        book = nbformat.reads(json.dumps(_api(lab, "GET", f"/api/contents/{path}")["content"]), as_version=4)
+        ran = next(c for c in book.cells if c.cell_type == "code").execution_count
+        return ran and page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() == 0 and book
+
+    saved = _wait(saved_run, 30, f"{name}: Lab did not save the notebook")
+    code = [c for c in saved.cells if c.cell_type == "code"]
+    errors = [f"In [{c.execution_count}]: {o.ename}: {o.evalue}" for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"{name}: " + "; ".join(errors)
+    assert all(c.execution_count for c in code), f"{name}: not every code cell ran"
+    return saved
+
+
+def cell(page, index):
+    """The index-th cell (markdown included) of the open notebook."""
+    return page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+
+
+def show(locator):
+    """Scroll the notebook so that `locator` is in the middle of the screenshot."""
+    locator.evaluate("e => e.scrollIntoView({block: 'center'})")
+
+
+def assert_widgets_rendered(page):
+    """ipywidgets views drawn in the notebook, none left as a placeholder or an error."""
+    text = page.locator(PANEL).inner_text()
+    assert "Loading widget" not in text and "Error displaying widget" not in text, "a widget did not render"
+    assert page.locator(f"{PANEL} .jupyter-widgets").count(), "no widget drawn: is the Lab extension (jupyterlab_widgets) there?"
+
+
+def test_01_dump_keys_filter_narrows_the_key_table(page, lab):
+    keys = tensor_frame(open_checkpoint(DEMO_DRAFT))
+    layer = keys[keys["name"].str.contains("layers.0", regex=False)]
+    assert 0 < len(layer) < len(keys)
+    run_notebook(page, lab, "01-dump-keys.ipynb")
+
+    table = cell(page, 2).locator(".jp-OutputArea-output table.dataframe tbody tr")
+    assert table.count() == len(keys), "the key table lists every tensor"
+    assert_widgets_rendered(page)
+    box = page.get_by_placeholder("filter keys, e.g. layers.0 or proj")
+    view = page.locator(f"{PANEL} .widget-vbox").filter(has=box)
+    count = view.locator(".widget-label", has_text=re.compile(r"^\d+ of \d+ rows$"))
+    assert count.inner_text() == f"{len(keys)} of {len(keys)} rows"
+    box.press_sequentially("layers.0")
+    count.filter(has_text=f"{len(layer)} of {len(keys)} rows").wait_for(timeout=10_000)
+    rows = view.locator("table.dataframe tbody tr")
+    assert rows.count() == len(layer)
+    assert all("layers.0" in row for row in rows.all_inner_texts())
+    show(view)
+
+
+def test_02_compare_names_engine_picker_changes_the_verdict(page, lab):
+    ckpt = open_checkpoint(DEMO_DRAFT)
+    before, after = replay(ckpt, RELEASE).verdict, replay(ckpt, "sglang==0.5.23").verdict
+    assert before != after
+    run_notebook(page, lab, "02-compare-names.ipynb")
+
+    assert cell(page, 2).locator(".jp-OutputArea-output table.dataframe tbody tr").count() == len(ckpt.tensors)
+    assert_widgets_rendered(page)
+    view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-dropdown select"))
+    picker = view.locator(".widget-dropdown select")
+    verdict = view.locator(".widget-html")
+    assert picker.input_value() == RELEASE
+    assert verdict.inner_text() == f"verdict: {before}"
+    picker.select_option("sglang==0.5.23")
+    verdict.filter(has_text=after).wait_for(timeout=10_000)
+    assert verdict.inner_text() == f"verdict: {after}"
+    show(view)
+
+
+def test_03_load_coverage_shows_the_chart_and_verdict(page, lab):
+    expected = check(str(DEMO_DRAFT), RELEASE, loader="replay")
+    saved = run_notebook(page, lab, "03-load-coverage.ipynb")
+
+    rows = cell(page, 2).locator(".jp-OutputArea-output table.dataframe tbody tr")
+    assert rows.count() == len(expected.params_frame())
+    chart = cell(page, 3).locator(".jp-OutputArea-output img")
+    assert chart.evaluate("img => img.complete && img.naturalWidth") > 0, "the coverage chart is drawn"
+    assert f"verdict: {expected.verdict}" in cell(page, 5).locator(".jp-OutputArea").inner_text()
+    assert any("image/png" in o.get("data", {}) for c in saved.cells if c.cell_type == "code" for o in c.outputs)
+    show(chart)
+
+
+def test_04_apply_fix_verifies_the_fixed_draft(page, lab):
+    run_notebook(page, lab, "04-apply-fix.ipynb")
+
+    text = cell(page, 4).locator(".jp-OutputArea").inner_text()
+    assert "problems: none" in text and "coverage after: loads cleanly" in text
+    fixed = json.loads((lab.root / "runs" / "scratch" / "fix.json").read_text())
+    assert replay(open_checkpoint(lab.root / "notebooks" / fixed["dst"]), RELEASE).verdict.startswith("loads cleanly")
+    show(cell(page, 4))
+
+
+def test_05_relaunch_charts_acceptance_and_toggles_runs(page, lab):
+    saved = run_notebook(page, lab, "05-relaunch-and-chart.ipynb")
+
+    summary = cell(page, 2).locator(".jp-OutputArea-output table.dataframe tbody tr")
+    assert [row.split()[1] for row in summary.all_inner_texts()] == ["before", "after"]
+    chart = cell(page, 4).locator(".jp-OutputArea-output img")
+    assert chart.evaluate("img => img.complete && img.naturalWidth") > 0, "the acceptance chart is drawn"
+    assert "image/png" in saved.cells[4].outputs[0].data
+    assert_widgets_rendered(page)
+    view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-toggle-buttons"))
+    toggle, shown = view.locator(".widget-toggle-buttons"), view.locator("table")
+    assert "before" in shown.locator("thead").inner_text()
+    toggle.get_by_role("button", name="after").click()
+    shown.locator("thead", has_text="after").wait_for(timeout=10_000)
+    show(chart)
