@@ -23,9 +23,12 @@ setup: $(VENV)/.setup-done
 
 # torch first: any other route lets pip pick a multi-GB CUDA build.
 $(VENV)/.setup-done: pyproject.toml
+	mkdir -p $(IPYTHONDIR) $(MPLCONFIGDIR) $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(HF_HOME) $(XDG_CACHE_HOME)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[dev]'
+	# the notebooks' kernelspec `python3`, inside .venv (not the home directory)
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (draftdoctor)" >/dev/null
 	touch $@
 
 test: setup

@@ -1,0 +1,343 @@
+"""Replay an engine profile's `load_weights` over a checkpoint's keys: the load coverage report.
+
+For every checkpoint key: the parameter (and shard of a fused parameter) it would write, or why it
+would not (derived into an attribute, ignored by design, dropped, crash). For every parameter the
+engine creates: written, partly written, never written (left at its initial values), taken from the
+target at serve time, or shape mismatch. Keys are replayed in the order SGLang's safetensors
+iterator yields them (files in order, names sorted), and the replay stops where the engine would
+raise, as the real load would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from . import findings as F
+from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError, open_checkpoint
+from .configs import FLAT, MISSING, DraftDims, config_format
+from .engines import CRASH, STACKED, WARN, ParamSpec, Profile, from_target, parameters, resolve_engine
+from .layouts import Layout, detect_layout, is_training_only
+
+# Key statuses
+LOADED, DERIVED, IGNORED, DROPPED, TRAINING_ONLY, MISMATCH, NOT_REACHED, CRASHED = (
+    "loaded", "derived", "ignored", "dropped", "training-only", "shape-mismatch", "not-reached", "crash")
+# Parameter statuses
+WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET = "written", "partial", "uninitialized", "from-target"
+
+
+@dataclass
+class KeyStatus:
+    key: str
+    status: str
+    param: str | None = None
+    shard: str | None = None
+    reason: str = ""
+    shape: tuple[int, ...] = ()
+    nbytes: int = 0
+
+
+@dataclass
+class ParamStatus:
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    nbytes: int
+    status: str = UNINITIALIZED
+    keys: list[str] = field(default_factory=list)
+    shards_written: list[str] = field(default_factory=list)
+    shards_missing: list[str] = field(default_factory=list)
+    replaced_by_target: bool = False  # the engine swaps in the target's tensor at serve time
+
+
+@dataclass
+class CoverageReport:
+    """What an engine's loader would do with a checkpoint, and what that means."""
+
+    engine: str
+    loader: str  # replay | real
+    path: str
+    layout: Layout
+    config_format: str
+    params: list[ParamStatus]
+    keys: list[KeyStatus]
+    findings: list[F.Finding]
+
+    @property
+    def errors(self) -> list[F.Finding]:
+        return [f for f in self.findings if f.severity == F.ERROR]
+
+    @property
+    def uninitialized(self) -> list[ParamStatus]:
+        return [p for p in self.params if p.status in (UNINITIALIZED, PARTIAL)]
+
+    @property
+    def dropped(self) -> list[KeyStatus]:
+        return [k for k in self.keys if k.status == DROPPED]
+
+    @property
+    def bytes_needed(self) -> int:
+        """Bytes of the parameters the draft itself must supply (not replaced by the target's)."""
+        return sum(p.nbytes for p in self.params if not p.replaced_by_target)
+
+    @property
+    def bytes_uninitialized(self) -> int:
+        return sum(p.nbytes for p in self.uninitialized)
+
+    @property
+    def verdict(self) -> str:
+        return F.verdict(self)
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "loader": self.loader,
+            "path": self.path,
+            "format": self.config_format,
+            "layout": {"name": self.layout.name, "evidence": list(self.layout.evidence)},
+            "verdict": self.verdict,
+            "coverage": {
+                "params_total": len(self.params),
+                "params_uninitialized": len(self.uninitialized),
+                "bytes_total": self.bytes_needed,
+                "bytes_uninitialized": self.bytes_uninitialized,
+                "keys_total": len(self.keys),
+                "keys_dropped": len(self.dropped),
+                "params": [asdict(p) for p in self.params],
+                "keys": [asdict(k) for k in self.keys],
+            },
+            "findings": [asdict(f) for f in self.findings],
+        }
+
+    def params_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([asdict(p) for p in self.params])
+
+    def keys_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([asdict(k) for k in self.keys])
+
+
+def draft_dims(checkpoint: Checkpoint) -> DraftDims:
+    """The draft's dims from its config, or failing that from its tensor shapes."""
+    if checkpoint.config is not None:
+        try:
+            return DraftDims.from_config(checkpoint.config)
+        except (KeyError, TypeError, ValueError):
+            pass
+    return dims_from_tensors(checkpoint)
+
+
+def dims_from_tensors(checkpoint: Checkpoint) -> DraftDims:
+    """Best-effort dims from shapes alone (no config): enough to name and size the parameters."""
+    by_suffix = {}
+    for name, t in checkpoint.tensors.items():
+        by_suffix.setdefault(name.split("midlayer.")[-1].split("layers.0.")[-1].removeprefix("model."), t.shape)
+    try:
+        H = by_suffix["norm.weight"][0] if "norm.weight" in by_suffix else by_suffix["fc.weight"][0]
+        q_out = by_suffix["self_attn.q_proj.weight"][0]
+        kv_out = by_suffix["self_attn.k_proj.weight"][0]
+        inter = by_suffix["mlp.gate_proj.weight"][0]
+    except KeyError as e:
+        raise CheckpointError(checkpoint.path, f"no usable config.json, and no {e.args[0]} tensor to infer the draft's shape from") from None
+    fc_in = by_suffix.get("fc.weight", (H, 3 * H))[1]
+    head_dim = by_suffix.get("self_attn.q_norm.weight", (128 if q_out % 128 == 0 else 64,))[0]
+    lm = by_suffix.get("lm_head.weight")
+    embed = by_suffix.get("embed_tokens.weight")
+    vocab = embed[0] if embed else (by_suffix["t2d"][0] if "t2d" in by_suffix else (lm[0] if lm else 0))
+    return DraftDims(
+        hidden_size=H, num_heads=q_out // head_dim, num_kv_heads=kv_out // head_dim, head_dim=head_dim,
+        intermediate_size=inter, vocab_size=vocab, draft_vocab_size=lm[0] if lm else None,
+        target_hidden_size=fc_in // 3, num_layers=max(1, len(detect_layout(checkpoint.tensors, None).layer_prefixes)),
+    )
+
+
+def _nbytes(shape, dtype_bytes: int) -> int:
+    n = dtype_bytes
+    for d in shape:
+        n *= d
+    return n
+
+
+def _lookup(profile: Profile, name: str, params: dict) -> str | None:
+    if profile.prefix_rule == "always":
+        candidates = [name] if "lm_head" in name else ["model." + name]
+    else:
+        candidates = [name, "model." + name]
+    return next((c for c in candidates if c in params), None)
+
+
+def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | None, object, str]:
+    """Follow the profile's resolution steps for one key -> (status, parameter, shard, reason)."""
+    name = key
+    for old, new in profile.legacy_renames:
+        if old in name:
+            name = name.replace(old, new)
+    for sub, attribute in profile.derived_keys:
+        if sub in name:
+            return DERIVED, None, None, f"becomes the {attribute} attribute"
+    for sub in profile.ignored_keys:
+        if sub in name:
+            return IGNORED, None, None, f"{sub} is skipped by design"
+    for sub, param in profile.renamed_keys:
+        if sub in name:
+            if param in params:
+                return LOADED, param, None, f"renamed to {param}"
+            return _unmatched(profile, key, param, profile.on_unmatched)
+    for weight_name, param_name, shard in STACKED:
+        if weight_name in name:
+            fused = name.replace(weight_name, param_name)
+            target = _lookup(profile, fused, params)
+            if target is None:
+                return _unmatched(profile, key, fused, profile.on_unmatched_stacked)
+            return LOADED, target, shard, ""
+    target = _lookup(profile, name, params)
+    if target is None:
+        return _unmatched(profile, key, name, profile.on_unmatched)
+    return LOADED, target, None, ""
+
+
+def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, str]):
+    policy, message = on_unmatched
+    if is_training_only(key) and policy != CRASH:
+        return TRAINING_ONLY, None, None, "training-only tensor; no engine parameter exists for it"
+    last = tried if profile.prefix_rule == "always" and "lm_head" in tried else f"model.{tried}"
+    said = f': "{message.format(name=last)}"' if message else ""
+    if policy == CRASH:
+        return CRASHED, None, None, f"no parameter {last}; the load fails{said}"
+    if policy == WARN:
+        return DROPPED, None, None, f"no parameter {last}; skipped with a warning{said}"
+    return DROPPED, None, None, f"no parameter {last}; skipped silently"
+
+
+def _iteration_order(checkpoint: Checkpoint):
+    """Keys in the order SGLang's safetensors iterator yields them: file by file, names sorted."""
+    for shard in checkpoint.shards:
+        yield from sorted(t.name for t in shard.tensors)
+
+
+def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims: DraftDims) -> F.Finding | None:
+    """Why the engine cannot read or build from this config, in the engine's own words where known."""
+    config, fmt = checkpoint.config, config_format(checkpoint.config)
+    where = str(checkpoint.config_path)
+    if fmt == MISSING:
+        return F.finding("config-unreadable", f"{where} does not exist; {profile.engine} needs it to build the draft")
+    if fmt not in profile.config_formats:
+        if fmt != FLAT:
+            return F.finding(
+                "config-unreadable",
+                f"{profile.engine} cannot read {where} ({fmt} format): \"Unrecognized model in "
+                f"{checkpoint.folder}. Should have a `model_type` key in its config.json\"; "
+                f"`draftdoctor fix --engine {profile.engine}=={release}` writes the flat config it reads",
+            )
+    architectures = config.get("architectures") or []
+    if fmt == FLAT and not set(architectures) & set(profile.architectures):
+        return F.finding(
+            "config-unreadable",
+            f"{where}: \"Model architectures {architectures} are not supported\" by {profile.engine} "
+            f"as an EAGLE-3 draft (expected {profile.architectures[0]})",
+        )
+    if fmt == FLAT and "target_hidden_size" in config and config["target_hidden_size"] is None:
+        return F.finding(
+            "loader-crash",
+            f"{where}: target_hidden_size is null; {profile.engine} computes target_hidden_size * "
+            "num_aux and fails (\"unsupported operand type(s) for *: 'NoneType' and 'int'\"). Remove the field.",
+        )
+    if dims.num_layers != 1 and profile.single_layer_error:
+        return F.finding(
+            "loader-crash",
+            f"{profile.engine} {profile.first}–{profile.last} builds one decoder layer and raises "
+            f"\"{profile.single_layer_error}\" for num_hidden_layers={dims.num_layers}",
+        )
+    return None
+
+
+def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
+    """The coverage report of loading `checkpoint` with `engine`'s profile (e.g. 'sglang==0.5.10')."""
+    profile, release = resolve_engine(engine)
+    dims = draft_dims(checkpoint)
+    dtype_bytes = _dominant_dtype_bytes(checkpoint)
+    specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
+    params = {
+        name: ParamStatus(name, p.role, p.shape, _nbytes(p.shape, dtype_bytes),
+                          shards_missing=[str(s) for s in p.shards])
+        for name, p in specs.items()
+    }
+    keys: list[KeyStatus] = []
+    findings: list[F.Finding] = []
+    blocking = config_problem(profile, release, checkpoint, dims)
+    if blocking is not None:
+        findings.append(blocking)
+    crashed = blocking is not None and blocking.code == "loader-crash"
+    for key in _iteration_order(checkpoint):
+        t = checkpoint.tensors[key]
+        if crashed:
+            keys.append(KeyStatus(key, NOT_REACHED, reason="the load failed before this key", shape=t.shape, nbytes=t.nbytes))
+            continue
+        status, target, shard, reason = resolve_key(profile, key, specs)
+        ks = KeyStatus(key, status, target, None if shard is None else str(shard), reason, t.shape, t.nbytes)
+        if status == LOADED:
+            spec = specs[target]
+            expected = spec.shape if shard is None else (spec.shards[shard][1], *spec.shape[1:])
+            if tuple(t.shape) != tuple(expected):
+                ks.status, ks.reason = MISMATCH, f"shape {list(t.shape)} does not fit {target} {list(expected)}"
+                params[target].status = MISMATCH
+                findings.append(F.finding(
+                    "shape-mismatch",
+                    f"{key} {list(t.shape)} cannot load into {target}"
+                    + (f" shard {shard}" if shard is not None else "") + f" {list(expected)}: "
+                    f"\"Attempted to load weight ({list(t.shape)}) into parameter ({list(expected)})\"",
+                ))
+                crashed = True
+            else:
+                _mark_written(params[target], key, shard)
+        elif status == CRASHED:
+            findings.append(F.finding("loader-crash", f"{key}: {reason}"))
+            crashed = True
+        keys.append(ks)
+    report = CoverageReport(
+        engine=f"{profile.engine}=={release}", loader="replay", path=str(checkpoint.path),
+        layout=detect_layout(checkpoint.tensors, checkpoint.config), config_format=config_format(checkpoint.config),
+        params=list(params.values()), keys=keys, findings=findings,
+    )
+    for p in report.params:
+        p.replaced_by_target = from_target(profile, dims, specs[p.name])
+        if p.replaced_by_target and p.status in (UNINITIALIZED, PARTIAL):
+            p.status = FROM_TARGET
+    report.findings += F.coverage_findings(report)
+    return report
+
+
+def _mark_written(param: ParamStatus, key: str, shard) -> None:
+    param.keys.append(key)
+    if shard is None:
+        param.status, param.shards_missing = WRITTEN, []
+        return
+    shard = str(shard)
+    if shard not in param.shards_written:
+        param.shards_written.append(shard)
+    if shard in param.shards_missing:
+        param.shards_missing.remove(shard)
+    param.status = PARTIAL if param.shards_missing else WRITTEN
+
+
+def _dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
+    """Bytes per element of the checkpoint's weights (its largest tensor's dtype)."""
+    if not checkpoint.tensors:
+        return 2
+    largest = max(checkpoint.tensors.values(), key=lambda t: t.nbytes)
+    return max(1, DTYPE_BITS[largest.dtype] // 8)
+
+
+LOADERS = ("replay",)
+
+
+def check(path, engine: str, loader: str = "replay") -> CoverageReport:
+    """The coverage report of `engine` loading the checkpoint at `path`.
+
+    loader "replay": replay the engine profile over the headers (instant, no engine needed).
+    """
+    if loader not in LOADERS:
+        raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
+    return replay(open_checkpoint(path), engine)

@@ -1,0 +1,155 @@
+"""Engine load profiles: what each engine release builds for an EAGLE-3 draft and how it loads it.
+
+A `Profile` is data: one row per engine release range (field notes §3, §4), holding the parameter
+naming, the name-resolution steps of the release's `load_weights` in order, what happens to a key
+that matches nothing, and which configs the release can read. `parameters()` turns a profile and a
+draft's dimensions into the parameter list the engine would create. Adding a release is one new
+row in `sglang.py` or `vllm.py` and a test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..configs import DraftDims
+
+SKIP, WARN, CRASH = "skip", "warn", "crash"
+
+# (checkpoint substring, fused parameter substring, shard id): the same in every engine read.
+STACKED = (
+    (".q_proj", ".qkv_proj", "q"),
+    (".k_proj", ".qkv_proj", "k"),
+    (".v_proj", ".qkv_proj", "v"),
+    (".gate_proj", ".gate_up_proj", 0),
+    (".up_proj", ".gate_up_proj", 1),
+)
+
+
+class EngineSpecError(ValueError):
+    """An engine spec that names no known engine or release."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter the engine creates; `shards` maps a shard id to its (row offset, rows)."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # embed | fc | layer | norm | lm_head | vocab-map
+    shards: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How one engine release range builds and loads an EAGLE-3 draft."""
+
+    engine: str
+    first: str  # first release of the range, inclusive
+    last: str  # last release of the range, inclusive
+    architectures: tuple[str, ...]  # config `architectures` the engine maps to its draft class
+    layer_prefix: str  # parameter prefix of decoder layer i, `{i}` formatted
+    single_layer_error: str | None  # raised at build when num_layers != 1; None: any count
+    # name resolution, in the order load_weights applies it
+    legacy_renames: tuple[tuple[str, str], ...]  # substring renames applied first
+    derived_keys: tuple[tuple[str, str], ...]  # (substring, attribute): key becomes an attribute
+    renamed_keys: tuple[tuple[str, str], ...]  # (substring, parameter): key loads into that parameter
+    ignored_keys: tuple[str, ...]  # substrings skipped by design
+    prefix_rule: str  # "fallback": as-is, then "model."+name | "always": "model."+name except lm_head
+    # (policy, engine's message) for a key matching no parameter; policy: skip | warn | crash;
+    # the message is formatted with the parameter name last looked up
+    on_unmatched: tuple[str, str]
+    on_unmatched_stacked: tuple[str, str]  # the same for q/k/v/gate/up keys
+    # what the engine builds
+    fc_bias: str  # "config" (config `bias`), "always", "never"
+    fc_aux_from_ids: bool  # fc width = len(aux ids) x Ht; False: always 3 x Ht
+    supports_fc_norm: bool
+    supports_input_norm: bool
+    vocab_map_param: str | None  # a parameter for d2t (vLLM) instead of an attribute
+    embed_from_target: bool  # the draft's embedding is replaced by the target's at serve time
+    config_formats: tuple[str, ...]  # flat and/or speculators
+
+    @property
+    def spec(self) -> str:
+        return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+
+    def contains(self, version: str) -> bool:
+        return parse_version(self.first) <= parse_version(version) <= parse_version(self.last)
+
+    def layer_name(self, i: int) -> str:
+        return self.layer_prefix.format(i=i)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", text.strip())
+    if not m:
+        raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10 or 0.4.4.post2")
+    return tuple(int(g or 0) for g in m.groups())
+
+
+def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
+    """The parameters `profile`'s draft class creates for a draft of `dims`, in module order."""
+    H, hd = dims.hidden_size, dims.head_dim
+    q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
+    Ht = dims.target_hidden_size or H
+    aux = len(dims.aux_layer_ids or ()) if profile.fc_aux_from_ids and dims.aux_layer_ids else 3
+    params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
+    if dims.norm_before_fc and profile.supports_input_norm:
+        params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
+    if dims.fc_norm and profile.supports_fc_norm:
+        params += [ParamSpec(f"model.fc_norm.{i}.weight", (Ht,), "norm") for i in range(aux)]
+    params.append(ParamSpec("model.fc.weight", (H, aux * Ht), "fc"))
+    if profile.fc_bias == "always" or profile.fc_bias == "config" and dims.fc_bias:
+        params.append(ParamSpec("model.fc.bias", (H,), "fc"))
+    for i in range(dims.num_layers if profile.single_layer_error is None else 1):
+        L = profile.layer_name(i)
+        width = 2 * H if i == 0 else H
+        params += [
+            ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer",
+                      {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}),
+            ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"),
+            ParamSpec(f"{L}mlp.gate_up_proj.weight", (2 * dims.intermediate_size, H), "layer",
+                      {0: (0, dims.intermediate_size), 1: (dims.intermediate_size, dims.intermediate_size)}),
+            ParamSpec(f"{L}mlp.down_proj.weight", (H, dims.intermediate_size), "layer"),
+            ParamSpec(f"{L}input_layernorm.weight", (H,), "layer"),
+            ParamSpec(f"{L}post_attention_layernorm.weight", (H,), "layer"),
+            ParamSpec(f"{L}hidden_norm.weight", (H,), "layer"),
+        ]
+    params.append(ParamSpec("model.norm.weight", (H,), "norm"))
+    if not dims.tie_word_embeddings:
+        params.append(ParamSpec("lm_head.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head"))
+    if profile.vocab_map_param and dims.draft_vocab_size and dims.draft_vocab_size != dims.vocab_size:
+        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size,), "vocab-map"))
+    return params
+
+
+def from_target(profile: Profile, dims: DraftDims, param: ParamSpec) -> bool:
+    """Whether the engine replaces this parameter with the target's at serve time."""
+    if param.role == "embed":
+        return profile.embed_from_target and (dims.target_hidden_size in (None, dims.hidden_size))
+    return param.role == "lm_head" and dims.draft_vocab_size is None
+
+
+def all_profiles() -> list[Profile]:
+    from . import sglang, vllm
+
+    return [*sglang.PROFILES, *vllm.PROFILES]
+
+
+def resolve_engine(spec: str) -> tuple[Profile, str]:
+    """'sglang==0.5.10' | 'sglang' (newest known) | 'vllm' -> (profile, release)."""
+    engine, _, version = spec.strip().partition("==")
+    engine = engine.strip().lower()
+    profiles = [p for p in all_profiles() if p.engine == engine]
+    known = "; ".join(p.spec for p in all_profiles())
+    if not profiles:
+        raise EngineSpecError(f"unknown engine {engine!r}: known releases are {known}")
+    if not version:
+        newest = max(profiles, key=lambda p: parse_version(p.last))
+        return newest, newest.last
+    parse_version(version)
+    for p in profiles:
+        if p.contains(version):
+            return p, version.strip()
+    raise EngineSpecError(f"{engine}=={version.strip()} is not a known release: known releases are {known}")

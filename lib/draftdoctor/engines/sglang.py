@@ -1,0 +1,51 @@
+"""SGLang's `LlamaForCausalLMEagle3`, one profile per release range (field notes §3).
+
+Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama loader), 0.5.10 and
+0.5.11 (`midlayer`, silent skip), 0.5.23 (`layers` ModuleList, legacy renames).
+"""
+
+from . import CRASH, SKIP, WARN, Profile
+
+ONE_LAYER = "EAGLE3 currently only supports 1 layer"
+_SILENT = (SKIP, "")
+
+_COMMON = dict(
+    engine="sglang",
+    architectures=("LlamaForCausalLMEagle3",),
+    derived_keys=(("d2t", "hot_token_id"),),
+    renamed_keys=(),
+    ignored_keys=("t2d",),
+    vocab_map_param=None,
+    embed_from_target=True,
+    config_formats=("flat",),
+)
+
+PROFILES = [
+    Profile(
+        first="0.4.4.post2", last="0.4.8",
+        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
+        legacy_renames=(),
+        prefix_rule="always",
+        on_unmatched=(WARN, "Parameter {name} not found in params_dict"),
+        on_unmatched_stacked=(CRASH, "KeyError: '{name}'"),
+        fc_bias="always", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        **_COMMON,
+    ),
+    Profile(
+        first="0.4.9", last="0.5.11",
+        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
+        legacy_renames=(),
+        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
+        fc_bias="config", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        **_COMMON,
+    ),
+    Profile(
+        first="0.5.12", last="0.5.23",
+        layer_prefix="model.layers.{i}.", single_layer_error=None,
+        legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
+                        ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
+        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
+        fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
+        **_COMMON,
+    ),
+]

@@ -1,0 +1,146 @@
+"""Run the five notebooks headless with papermill, in order, and write the investigation's report.
+
+Each notebook gets the investigation's parameters that it declares (read with papermill's own
+inspection) plus `out_dir`; each writes one JSON into the run folder (draftdoctor.runs) that later
+steps and the report read. A failing cell (an error or a timeout) stops the run with a
+`StepFailed` naming notebook, cell and message. A parameters file may list several checkpoints:
+each gets its own folder and the batch a summary table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
+
+
+class ParamsError(ValueError):
+    """A parameters file that cannot be used."""
+
+
+class StepFailed(RuntimeError):
+    """A notebook cell that raised or timed out."""
+
+    def __init__(self, notebook: str, cell: int | None, message: str, output: Path):
+        self.notebook, self.cell, self.message, self.output = notebook, cell, message, output
+        where = f"cell {cell}" if cell is not None else "a cell"
+        super().__init__(f"{notebook}: {where} failed: {message} (executed notebook: {output})")
+
+
+@dataclass
+class RunResult:
+    name: str
+    out_dir: Path
+    report: dict | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    steps: list[str] = field(default_factory=list)
+
+
+def load_params(path) -> list[dict]:
+    """The runs a parameters file (YAML or JSON) asks for: one per checkpoint, each named."""
+    import yaml
+
+    path = Path(path)
+    try:
+        params = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such file") from None
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(params, dict):
+        raise ParamsError(f"{path}: expected a mapping of parameter names to values")
+    base = path.parent
+    checkpoints = params.pop("checkpoints", None)
+    if checkpoints is None:
+        if "checkpoint" not in params:
+            raise ParamsError(f"{path}: give `checkpoint: PATH` or `checkpoints: [PATH, ...]`")
+        checkpoints = [params.pop("checkpoint")]
+    if not isinstance(checkpoints, list) or not checkpoints:
+        raise ParamsError(f"{path}: `checkpoints` must be a non-empty list")
+    runs = []
+    for item in checkpoints:
+        entry = item if isinstance(item, dict) else {"checkpoint": item}
+        if "checkpoint" not in entry:
+            raise ParamsError(f"{path}: every entry of `checkpoints` needs a checkpoint path")
+        run = {**params, **entry}
+        for key in ("checkpoint", "target", "prompts"):
+            if isinstance(run.get(key), str) and run[key] and not Path(run[key]).is_absolute():
+                run[key] = str((base / run[key]).resolve())
+        run.setdefault("name", Path(run["checkpoint"]).name)
+        runs.append(run)
+    names = [r["name"] for r in runs]
+    if len(set(names)) != len(names):
+        raise ParamsError(f"{path}: run names must differ (got {names}); give each checkpoint a `name`")
+    return runs
+
+
+def run_step(step: str, params: dict, out_dir: Path, cell_timeout: float, notebooks: Path = NOTEBOOKS_DIR) -> Path:
+    """Execute one notebook with the parameters it declares; returns the executed notebook's path."""
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError
+
+    source = notebooks / f"{step}.ipynb"
+    declared = pm.inspect_notebook(str(source))
+    chosen = {k: v for k, v in params.items() if k in declared} | {"out_dir": str(out_dir)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / f"{step}.ipynb"
+    try:
+        pm.execute_notebook(str(source), str(output), parameters=chosen, kernel_name="python3",
+                            cwd=str(notebooks), execution_timeout=cell_timeout, progress_bar=False)
+    except pm.PapermillExecutionError as e:
+        raise StepFailed(f"{step}.ipynb", e.cell_index, f"{e.ename}: {e.evalue}", output) from None
+    except CellTimeoutError:
+        raise StepFailed(f"{step}.ipynb", _running_cell(output), f"timed out after {cell_timeout:.0f} s", output) from None
+    return output
+
+
+def _running_cell(executed: Path) -> int | None:
+    """The index of the last cell papermill started (where a timeout struck; later cells are pending)."""
+    import nbformat
+
+    try:
+        book = nbformat.read(executed, as_version=4)
+    except (OSError, ValueError):
+        return None
+    started = [i for i, cell in enumerate(book.cells) if cell.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return started[-1] if started else None
+
+
+def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float = 900.0, progress=None) -> RunResult:
+    """Run the notebooks for one checkpoint into `out_dir` and write report.json / report.md."""
+    from .report_md import write_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = RunResult(params["name"], out_dir)
+    start = time.perf_counter()
+    try:
+        for step in steps or STEPS:
+            if progress:
+                progress(f"{params['name']}: {step}")
+            run_step(step, params, out_dir, cell_timeout)
+            result.steps.append(step)
+            if step == "04-apply-fix":
+                params = {**params, "fixed_checkpoint": json.loads((out_dir / "fix.json").read_text())["dst"]}
+    except StepFailed as e:
+        result.error = str(e)
+    result.seconds = time.perf_counter() - start
+    result.report = write_report(out_dir, params, result.error)
+    return result
+
+
+def investigate(params_file, out, cell_timeout: float = 900.0, progress=None) -> list[RunResult]:
+    """Every run of a parameters file; a batch gets one folder per checkpoint and summary.md."""
+    from .report_md import write_summary
+
+    runs = load_params(params_file)
+    out = Path(out)
+    if len(runs) == 1:
+        return [investigate_one(runs[0], out, cell_timeout=cell_timeout, progress=progress)]
+    results = [investigate_one(r, out / r["name"], cell_timeout=cell_timeout, progress=progress) for r in runs]
+    write_summary(out, results)
+    return results

@@ -1,0 +1,91 @@
+"""Producer layouts: which tool wrote a draft checkpoint, told from its keys and config.
+
+Field notes §2: speculators saves the decoder layer as `layers.N.*` and a nested config; the original
+EAGLE-3 repo and SpecForge save it as `midlayer.*` with a flat config; some exports prefix every
+key with `model.` (as an engine's own parameter names are). Detection returns the evidence it used,
+so a user can see why the kit thinks what it thinks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .configs import FLAT, SPECULATORS, config_format
+
+SPECULATORS_LAYOUT = "speculators"
+MIDLAYER_LAYOUT = "midlayer"  # original EAGLE-3 repo and SpecForge
+PREFIXED_LAYOUT = "prefixed"  # keys already carry an engine's `model.` prefix
+UNKNOWN_LAYOUT = "unknown"
+
+LAYER_KEY = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+MIDLAYER_KEY = re.compile(r"^(?:model\.)?midlayer\.")
+DRAFT_MARKERS = ("fc.weight", "d2t", "t2d")
+
+# Keys a producer saves for training only; no engine has a parameter for them.
+TRAINING_ONLY_KEYS = (re.compile(r"^(?:model\.)?verifier_norm\."),)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A detected producer layout and the facts that gave it away."""
+
+    name: str
+    evidence: tuple[str, ...]
+    layer_prefixes: tuple[str, ...]  # e.g. ("layers.0.",) or ("midlayer.",) or ("model.midlayer.",)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_prefixes)
+
+
+def layer_prefixes(keys) -> tuple[str, ...]:
+    """The distinct decoder-layer prefixes among `keys`, in layer order."""
+    found: dict[str, int] = {}
+    for key in keys:
+        m = LAYER_KEY.match(key)
+        if m:
+            found[m.group(0)] = int(m.group(1))
+        elif MIDLAYER_KEY.match(key):
+            found[MIDLAYER_KEY.match(key).group(0)] = -1
+    return tuple(sorted(found, key=found.get))
+
+
+def detect_layout(keys, config: dict | None) -> Layout:
+    """Tell the producer layout from tensor names and config.json."""
+    keys = list(keys)
+    prefixes = layer_prefixes(keys)
+    evidence = []
+    fmt = config_format(config)
+    is_draft = any(any(k.endswith(m) or k == m for m in DRAFT_MARKERS) for k in keys)
+    prefixed = bool(keys) and sum(k.startswith("model.") for k in keys) > len(keys) // 2
+    if prefixed:
+        evidence.append(f"{sum(k.startswith('model.') for k in keys)} of {len(keys)} keys start with 'model.'")
+        name = PREFIXED_LAYOUT
+    elif any(p.startswith("layers.") for p in prefixes):
+        evidence.append(f"decoder layer keys under {', '.join(repr(p) for p in prefixes)}")
+        name = SPECULATORS_LAYOUT
+    elif "midlayer." in prefixes:
+        evidence.append("decoder layer keys under 'midlayer.'")
+        name = MIDLAYER_LAYOUT
+    else:
+        evidence.append("no decoder-layer keys ('layers.N.' or 'midlayer.') found")
+        name = UNKNOWN_LAYOUT
+    if fmt == SPECULATORS:
+        evidence.append("config.json is speculators' nested format (speculators_model_type)")
+        if name == UNKNOWN_LAYOUT:
+            name = SPECULATORS_LAYOUT
+    elif fmt == FLAT:
+        arch = (config or {}).get("architectures") or []
+        evidence.append(f"config.json is a flat config (architectures {arch})")
+    else:
+        evidence.append(f"config.json: {fmt}")
+    if name == SPECULATORS_LAYOUT and any(k == "embed_tokens.weight" for k in keys):
+        evidence.append("embed_tokens.weight is saved (speculators saves it; EAGLE/SpecForge do not)")
+    if not is_draft:
+        evidence.append("no fc.weight / d2t / t2d: this may not be an EAGLE-3 draft")
+    return Layout(name=name, evidence=tuple(evidence), layer_prefixes=prefixes)
+
+
+def is_training_only(key: str) -> bool:
+    return any(p.match(key) for p in TRAINING_ONLY_KEYS)

@@ -1,0 +1,95 @@
+"""Figures for notebooks and reports: load coverage and acceptance before/after.
+
+Functions return matplotlib Figures and never show them; callers save or display. The Agg canvas
+is used directly so that no GUI backend is ever needed.
+"""
+
+from __future__ import annotations
+
+STATUS_COLORS = {
+    "written": "#2a9d8f", "from-target": "#8ab17d", "partial": "#e9c46a", "uninitialized": "#e76f51",
+    "shape-mismatch": "#9b2226",
+}
+
+
+def _figure(width: float, height: float, ncols: int = 1):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols)
+    return fig, axes
+
+
+def coverage_figure(report):
+    """One bar per engine parameter (size in bytes, log scale), coloured by what the loader did."""
+    params = list(report.params)
+    fig, ax = _figure(8, 0.3 * len(params) + 1.4)
+    names = [p.name for p in params][::-1]
+    sizes = [max(p.nbytes, 1) for p in params][::-1]
+    colors = [STATUS_COLORS.get(p.status, "grey") for p in params][::-1]
+    ax.barh(names, sizes, color=colors)
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes")
+    ax.set_title(f"{report.engine} ({report.loader}): {len(report.uninitialized)} of {len(params)} parameters "
+                 "left at initial values", fontsize=9)
+    from matplotlib.patches import Patch
+
+    present = [s for s in STATUS_COLORS if any(p.status == s for p in params)]
+    fig.legend(handles=[Patch(color=STATUS_COLORS[s], label=s) for s in present], loc="outside lower center",
+               ncols=len(present), fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    return fig
+
+
+def acceptance_figure(runs: list[dict]):
+    """Accept length and strict accept rate per run (e.g. before / after the fix)."""
+    fig, (ax_len, ax_rate) = _figure(8, 3.2, ncols=2)
+    names = [r["name"] for r in runs]
+    lengths = [r.get("accept_length") or 0 for r in runs]
+    rates = [r.get("accept_rate") or 0 for r in runs]
+    palette = ["#e76f51", "#2a9d8f", "#264653", "#e9c46a"]
+    colors = [palette[i % len(palette)] for i in range(len(runs))]
+    ax_len.bar(names, lengths, color=colors)
+    ax_len.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax_len.set_ylabel("accept length (tokens / verify step)")
+    ax_len.set_ylim(0, max(lengths + [1.0]) * 1.25)
+    for i, v in enumerate(lengths):
+        ax_len.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    ax_rate.bar(names, rates, color=colors)
+    ax_rate.set_ylabel("strict accept rate (accepted / drafted)")
+    ax_rate.set_ylim(0, 1.05)
+    for i, v in enumerate(rates):
+        ax_rate.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    fig.suptitle("acceptance per draft (dashed: no draft token accepted)", fontsize=10)
+    return fig
+
+
+def per_position_figure(runs: list[dict]):
+    """Acceptance at each draft position, one line per run (runs without the data are skipped)."""
+    fig, ax = _figure(6, 3.2)
+    for r in runs:
+        rates = r.get("per_position")
+        if rates:
+            ax.plot(range(1, len(rates) + 1), rates, marker="o", label=r["name"])
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("share of verify steps accepting it")
+    ax.set_ylim(0, 1.05)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    return fig
+
+
+def throughput_figure(runs: list[dict]):
+    """Output tokens per second per run."""
+    fig, ax = _figure(5, 3.2)
+    names = [r["name"] for r in runs]
+    values = [r.get("tokens_per_s") or 0 for r in runs]
+    ax.bar(names, values, color="#264653")
+    ax.set_ylabel("output tokens / s")
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.1f}", ha="center", va="bottom")
+    return fig
+
+
+def save(fig, path) -> None:
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,119 @@
+"""An investigation's report: report.json (numbers) and report.md (for people), from the run folder.
+
+Reads what the notebooks wrote (keys.json, coverage.json, fix.json, bench.json); a step that did not
+run leaves its part of the report empty and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _load(out_dir: Path, name: str) -> dict | None:
+    path = out_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _coverage_numbers(doc: dict | None) -> dict | None:
+    if not doc:
+        return None
+    cov = doc["coverage"]
+    return {k: cov[k] for k in ("params_total", "params_uninitialized", "bytes_total", "bytes_uninitialized",
+                                "keys_total", "keys_dropped")} | {
+        "verdict": doc["verdict"], "engine": doc["engine"], "loader": doc["loader"],
+        "findings": [f["code"] for f in doc["findings"] if f["severity"] == "error"]}
+
+
+def _bench_run(bench: dict | None, name: str) -> dict | None:
+    if not bench:
+        return None
+    run = next((r for r in bench["runs"] if r["name"] == name), None)
+    if run is None:
+        return None
+    return {k: run.get(k) for k in ("accept_length", "accept_rate", "tokens_per_s", "per_position", "requests",
+                                    "backend")}
+
+
+def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
+    keys, coverage, fix, bench = (_load(out_dir, n) for n in ("keys", "coverage", "fix", "bench"))
+    return {
+        "name": params.get("name"),
+        "checkpoint": params.get("checkpoint"),
+        "engine": (coverage or {}).get("engine"),
+        "layout": (keys or {}).get("layout"),
+        "coverage_before": _coverage_numbers(coverage),
+        "coverage_after": _coverage_numbers((fix or {}).get("coverage_after")),
+        "fix": {k: v for k, v in (fix or {}).items() if k != "coverage_after"} or None,
+        "before": _bench_run(bench, "before"),
+        "after": _bench_run(bench, "after"),
+        "error": error,
+    }
+
+
+def _md_coverage(title: str, cov: dict | None) -> list[str]:
+    if not cov:
+        return [f"**{title}:** not measured", ""]
+    return [f"**{title}** ({cov['engine']}, {cov['loader']} loader): {cov['verdict']}", "",
+            "| parameters | left at init | bytes left at init | keys | keys dropped |", "|---|---|---|---|---|",
+            f"| {cov['params_total']} | {cov['params_uninitialized']} | {cov['bytes_uninitialized']:,} of "
+            f"{cov['bytes_total']:,} | {cov['keys_total']} | {cov['keys_dropped']} |", ""]
+
+
+def _fmt(value, digits=2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
+    """Write report.json and report.md into `out_dir`; return the report.json data."""
+    data = report_data(out_dir, params, error)
+    (out_dir / "report.json").write_text(json.dumps(data, indent=1))
+    lines = [f"# draftdoctor investigation: {data['name']}", "", f"checkpoint: `{data['checkpoint']}`  ",
+             f"layout: {data['layout'] or '–'}; engine: {data['engine'] or '–'}", ""]
+    if error:
+        lines += [f"> **The investigation stopped:** {error}", ""]
+    before, after = data["before"], data["after"]
+    if before and after:
+        lines += ["## Verdict", "",
+                  f"Accept length {_fmt(before['accept_length'])} before the fix, {_fmt(after['accept_length'])} after "
+                  f"(strict accept rate {_fmt(before['accept_rate'])} → {_fmt(after['accept_rate'])}; measured on the "
+                  f"{before.get('backend') or 'reference'} backend).", ""]
+    lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"]) + \
+        _md_coverage("After the fix", data["coverage_after"])
+    fix = data["fix"]
+    if fix:
+        lines += ["## Fix", "", f"Wrote `{fix.get('dst')}`: {fix.get('renamed', 0)} tensors renamed, "
+                  f"{fix.get('bytes_copied', 0):,} bytes copied in {_fmt(fix.get('seconds'), 2)} s, verified.", ""]
+        for change in fix.get("config_changes", []):
+            lines.append(f"- config `{change['field']}`: {change['reason']}")
+        lines.append("")
+    if before or after:
+        lines += ["## Acceptance", "", "| run | accept length | strict accept rate | tokens/s |", "|---|---|---|---|"]
+        for name, run in (("before", before), ("after", after)):
+            if run:
+                lines.append(f"| {name} | {_fmt(run['accept_length'])} | {_fmt(run['accept_rate'])} | "
+                             f"{_fmt(run['tokens_per_s'], 1)} |")
+        lines.append("")
+        if (out_dir / "acceptance.png").exists():
+            lines += ["![acceptance before and after](acceptance.png)", ""]
+    (out_dir / "report.md").write_text("\n".join(lines))
+    return data
+
+
+def write_summary(out: Path, results) -> None:
+    """summary.md and summary.json of a batch: one row per checkpoint."""
+    rows = []
+    for r in results:
+        rep = r.report or {}
+        rows.append({"name": r.name, "verdict": (rep.get("coverage_before") or {}).get("verdict"),
+                     "accept_length_before": (rep.get("before") or {}).get("accept_length"),
+                     "accept_length_after": (rep.get("after") or {}).get("accept_length"),
+                     "error": r.error, "folder": str(r.out_dir)})
+    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    lines = ["# draftdoctor batch summary", "", "| checkpoint | verdict before | accept length before | after | status |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        status = "failed: " + row["error"].splitlines()[0] if row["error"] else "ok"
+        lines.append(f"| [{row['name']}]({row['name']}/report.md) | {row['verdict'] or '–'} | "
+                     f"{_fmt(row['accept_length_before'])} | {_fmt(row['accept_length_after'])} | {status} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,286 @@
+"""Launch a speculative-decoding server, wait until it is ready, and stop it without orphans.
+
+One launcher for both backends: `sglang` runs the real `python -m sglang.launch_server` (GPU hosts
+only); `reference` runs draftdoctor's CPU reference server, which takes the same flags. The server
+runs in its own process group with its output in a log file. Readiness is `/health_generate`
+answering 200 or the "fired up" log line; a process that exits is a crash, a log that stops
+growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in CUDA-graph
+capture); both errors carry the last log lines. `stop()` sends SIGTERM to the whole group, then
+SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..engines import parse_version
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+# CUDA-graph flags by SGLang release (field notes §6; read from 0.5.10, 0.5.15 and 0.5.23):
+# (first release, flags that disable CUDA graphs, flag that caps the captured batch size).
+CUDA_GRAPH_FLAGS = (
+    ("0.0.0", ("--disable-cuda-graph",), "--cuda-graph-max-bs"),
+    ("0.5.15", ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"),
+     "--cuda-graph-max-bs-decode"),
+)
+
+
+class ServerError(RuntimeError):
+    """A server that did not come up; `log_tail` holds its last log lines."""
+
+    def __init__(self, message: str, log_tail: list[str] | None = None):
+        self.log_tail = log_tail or []
+        tail = "\n".join("    " + line for line in self.log_tail)
+        super().__init__(message + (f"\n  last log lines:\n{tail}" if tail else ""))
+
+
+class ServerCrashed(ServerError):
+    pass
+
+
+class ServerHung(ServerError):
+    pass
+
+
+class PortBusy(ServerError):
+    pass
+
+
+@dataclass
+class ServeConfig:
+    """What to serve and how; the fields map one to one onto SGLang's launch flags."""
+
+    target: str
+    draft: str | None = None
+    algorithm: str = "EAGLE3"
+    num_steps: int | None = 4
+    topk: int | None = 1
+    num_draft_tokens: int | None = 5
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tp_size: int | None = None
+    dp_size: int | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    dist_init_addr: str | None = None
+    mem_fraction_static: float | None = None
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int | None = None
+    extra_args: list[str] = field(default_factory=list)  # passed through unchanged
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def cuda_graph_flags(release: str | None) -> tuple[tuple[str, ...], str]:
+    """(disable flags, max-bs flag) valid for `release` (newest known when None)."""
+    chosen = CUDA_GRAPH_FLAGS[-1]
+    if release is not None:
+        v = parse_version(release)
+        chosen = [row for row in CUDA_GRAPH_FLAGS if parse_version(row[0]) <= v][-1]
+    return chosen[1], chosen[2]
+
+
+def launch_args(config: ServeConfig, release: str | None = None) -> list[str]:
+    """SGLang launch_server flags for `config`, spelled for `release`."""
+    args = ["--model-path", config.target]
+    if config.draft is not None:
+        args += ["--speculative-algorithm", config.algorithm, "--speculative-draft-model-path", config.draft]
+        spec = (config.num_steps, config.topk, config.num_draft_tokens)
+        if any(v is not None for v in spec):
+            if any(v is None for v in spec):
+                # SGLang requires all three or none (it then picks them from the target).
+                raise ValueError("give num_steps, topk and num_draft_tokens together, or none of them")
+            args += ["--speculative-num-steps", str(config.num_steps), "--speculative-eagle-topk", str(config.topk),
+                     "--speculative-num-draft-tokens", str(config.num_draft_tokens)]
+    args += ["--host", config.host, "--port", str(config.port)]
+    for flag, value in (("--tp-size", config.tp_size), ("--dp-size", config.dp_size), ("--nnodes", config.nnodes),
+                        ("--node-rank", config.node_rank), ("--dist-init-addr", config.dist_init_addr),
+                        ("--mem-fraction-static", config.mem_fraction_static)):
+        if value is not None:
+            args += [flag, str(value)]
+    disable, max_bs = cuda_graph_flags(release)
+    if config.disable_cuda_graph:
+        args += list(disable)
+    if config.cuda_graph_max_bs is not None:
+        args += [max_bs, str(config.cuda_graph_max_bs)]
+    return args + list(config.extra_args)
+
+
+def server_command(backend: str, config: ServeConfig, release: str | None = None,
+                   engine: str | None = None, loader: str | None = None, python: str | None = None) -> list[str]:
+    """The full argv for `backend` ('sglang' or 'reference')."""
+    python = python or sys.executable
+    if backend == "sglang":
+        return [python, "-m", "sglang.launch_server", *launch_args(config, release)]
+    if backend == "reference":
+        extra = (["--engine", engine] if engine else []) + (["--loader", loader] if loader else [])
+        return [python, "-m", "draftdoctor.reference.server", *launch_args(config, release), *extra]
+    raise ValueError(f"unknown backend {backend!r}: use 'sglang' or 'reference'")
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 20) -> list[str]:
+    try:
+        with open(path, errors="replace") as f:
+            return [line.rstrip("\n") for line in deque(f, maxlen=lines)]
+    except FileNotFoundError:
+        return []
+
+
+class Server:
+    """A running server process group; use as a context manager to guarantee it is stopped."""
+
+    def __init__(self, argv: list[str], log_path, host: str, port: int, env: dict | None = None,
+                 ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2):
+        self.argv, self.log_path = argv, Path(log_path)
+        self.host, self.port, self.env = host, port, env
+        self.ready_timeout, self.hang_timeout, self.poll = ready_timeout, hang_timeout, poll
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> "Server":
+        if not port_is_free(self.host, self.port):
+            raise PortBusy(f"port {self.port} on {self.host} is already in use; pick another with --port")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, env=self.env)
+        finally:
+            log.close()
+        return self
+
+    def wait_ready(self) -> float:
+        """Block until ready; return seconds taken. Raises ServerCrashed / ServerHung / ServerError."""
+        start = last_growth = time.monotonic()
+        size = -1
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerCrashed(f"server exited with status {code} before it was ready "
+                                    f"(log: {self.log_path})", tail(self.log_path))
+            if self._healthy() or READY_LINE in "\n".join(tail(self.log_path, 50)):
+                return time.monotonic() - start
+            now = time.monotonic()
+            current = self.log_path.stat().st_size if self.log_path.exists() else 0
+            if current != size:
+                size, last_growth = current, now
+            if now - last_growth > self.hang_timeout:
+                self.stop()
+                raise ServerHung(f"no log output for {self.hang_timeout:.0f} s during start-up: the server hangs "
+                                 f"(for SGLang often in CUDA-graph capture; retry with CUDA graphs disabled)",
+                                 tail(self.log_path))
+            if now - start > self.ready_timeout:
+                self.stop()
+                raise ServerError(f"not ready after {self.ready_timeout:.0f} s", tail(self.log_path))
+            time.sleep(self.poll)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base_url + "/health_generate", timeout=5) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM to the process group, SIGKILL after `grace` seconds; idempotent."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            if not _group_alive(pgid):
+                break
+            # The leader exited but children linger: wait briefly, then escalate.
+            deadline = time.monotonic() + wait
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _group_alive(pgid):
+                break
+        self.process = None
+
+    def __enter__(self) -> "Server":
+        if self.process is None:
+            self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _ready_server(backend: str, config: ServeConfig, log_path, release, engine, loader, **server_kwargs) -> Server:
+    server = Server(server_command(backend, config, release, engine, loader), log_path, config.host, config.port,
+                    **server_kwargs)
+    try:
+        server.start().wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def serve(backend: str, config: ServeConfig, log_path, release: str | None = None, engine: str | None = None,
+          loader: str | None = None, retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
+    """Start and wait for a server; on a start-up hang of real SGLang, retry once with CUDA graphs off.
+
+    Returns a ready Server; the caller stops it (or uses it as a context manager).
+    """
+    try:
+        return _ready_server(backend, config, log_path, release, engine, loader, **server_kwargs)
+    except ServerHung:
+        if not (retry_without_cuda_graph and backend == "sglang" and not config.disable_cuda_graph):
+            raise
+    retry = replace(config, disable_cuda_graph=True)
+    return _ready_server(backend, retry, log_path, release, engine, loader, **server_kwargs)

@@ -1,0 +1,226 @@
+"""Write synthetic EAGLE-3 draft checkpoints in each producer's layout, for tests and benchmarks.
+
+No torch: tensors are numpy arrays (or, for size-only benchmarks, sparse zero-filled regions), and
+the safetensors file is written directly (8-byte length, JSON header, packed data), so a multi-GB
+checkpoint costs no memory and a sparse one no disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import INDEX_NAME
+
+NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BOOL": np.bool_, "I32": np.int32}
+DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "BOOL": 1, "I32": 4}
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """Sizes of a synthetic draft (defaults: tiny)."""
+
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 16
+    intermediate: int = 128
+    vocab: int = 256
+    draft_vocab: int | None = 128
+    target_hidden: int = 64
+    aux_layer_ids: tuple[int, ...] = (1, 3, 5)
+    num_layers: int = 1
+
+
+LLAMA_8B = DraftShape(4096, 32, 8, 128, 14336, 128256, 32000, 4096, (2, 16, 29))
+
+
+def draft_tensors(shape: DraftShape, layout: str = "speculators", embed: bool | None = None, qk_norm: bool = False):
+    """{name: (dtype, shape)} of a draft in a producer layout: speculators | midlayer | prefixed."""
+    s = shape
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    embed = layout == "speculators" if embed is None else embed
+    tensors = {}
+    if embed:
+        tensors["embed_tokens.weight"] = ("F16", (s.vocab, s.hidden))
+    tensors["fc.weight"] = ("F16", (s.hidden, len(s.aux_layer_ids) * s.target_hidden))
+    for i in range(s.num_layers):
+        L = "midlayer." if layout in ("midlayer", "prefixed") and s.num_layers == 1 else f"layers.{i}."
+        width = 2 * s.hidden if i == 0 else s.hidden
+        tensors |= {
+            f"{L}hidden_norm.weight": ("F16", (s.hidden,)),
+            f"{L}input_layernorm.weight": ("F16", (s.hidden,)),
+            f"{L}post_attention_layernorm.weight": ("F16", (s.hidden,)),
+            f"{L}self_attn.q_proj.weight": ("F16", (q, width)),
+            f"{L}self_attn.k_proj.weight": ("F16", (kv, width)),
+            f"{L}self_attn.v_proj.weight": ("F16", (kv, width)),
+            f"{L}self_attn.o_proj.weight": ("F16", (s.hidden, q)),
+            f"{L}mlp.gate_proj.weight": ("F16", (s.intermediate, s.hidden)),
+            f"{L}mlp.up_proj.weight": ("F16", (s.intermediate, s.hidden)),
+            f"{L}mlp.down_proj.weight": ("F16", (s.hidden, s.intermediate)),
+        }
+        if qk_norm:
+            tensors[f"{L}self_attn.q_norm.weight"] = ("F16", (s.head_dim,))
+            tensors[f"{L}self_attn.k_norm.weight"] = ("F16", (s.head_dim,))
+    tensors["norm.weight"] = ("F16", (s.hidden,))
+    tensors["lm_head.weight"] = ("F16", (s.draft_vocab or s.vocab, s.hidden))
+    if s.draft_vocab and s.draft_vocab < s.vocab:
+        tensors["d2t"] = ("I64", (s.draft_vocab,))
+        tensors["t2d"] = ("BOOL", (s.vocab,))
+    if layout == "prefixed":
+        tensors = {(k if k.startswith("lm_head") else "model." + k): v for k, v in tensors.items()}
+    return tensors
+
+
+def flat_config(shape: DraftShape) -> dict:
+    """The flat Llama config SGLang and the EAGLE repo read."""
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "num_hidden_layers": shape.num_layers,
+        "vocab_size": shape.vocab,
+        "draft_vocab_size": shape.draft_vocab,
+        "target_hidden_size": shape.target_hidden,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+        "eagle_config": {
+            # SGLang's convention: it captures id + 1 (field notes §3)
+            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in shape.aux_layer_ids],
+            "use_aux_hidden_state": True,
+        },
+    }
+
+
+def speculators_config(shape: DraftShape) -> dict:
+    """speculators' nested config (0.9.0 shape, field notes §2)."""
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "draft_vocab_size": shape.draft_vocab or shape.vocab,
+        "target_hidden_size": shape.target_hidden,
+        "eagle_aux_hidden_state_layer_ids": list(shape.aux_layer_ids),
+        "norm_before_residual": False,
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_output": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 4}],
+            "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]},
+        },
+        "transformer_layer_config": {
+            "model_type": "llama",
+            "hidden_size": shape.hidden,
+            "intermediate_size": shape.intermediate,
+            "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "num_hidden_layers": shape.num_layers,
+            "vocab_size": shape.vocab,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 2048,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "tie_word_embeddings": False,
+        },
+    }
+
+
+def write_safetensors(path, tensors: dict, metadata: dict | None = None, fill: str = "random", seed: int = 0) -> None:
+    """Write `tensors` ({name: ndarray or (dtype, shape)}) to `path`.
+
+    `fill` for (dtype, shape) entries: "random" (seeded data), or "sparse" (a hole: no disk, reads as zeros).
+    """
+    rng = np.random.default_rng(seed)
+    header, offset, entries = {}, 0, []
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, value in tensors.items():
+        if isinstance(value, np.ndarray):
+            dtype = {v: k for k, v in NUMPY_DTYPES.items()}[value.dtype.type]
+            shape, nbytes = value.shape, value.nbytes
+        else:
+            dtype, shape = value
+            nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPE_BYTES[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        entries.append((name, value, dtype, shape, nbytes))
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        for name, value, dtype, shape, nbytes in entries:
+            if isinstance(value, np.ndarray):
+                f.write(np.ascontiguousarray(value).tobytes())
+            elif fill == "sparse":
+                f.seek(nbytes, os.SEEK_CUR)
+            else:
+                f.write(_random_bytes(rng, name, dtype, shape, nbytes))
+        f.truncate()
+
+
+def _random_bytes(rng, name: str, dtype: str, shape, nbytes: int) -> bytes:
+    if dtype == "I64" and name.endswith("d2t"):  # a valid draft->target offset map
+        n = shape[0]
+        return (np.arange(n, dtype=np.int64) * 2 - np.arange(n, dtype=np.int64)).tobytes()
+    if dtype == "BOOL":
+        return (np.arange(shape[0]) % 2 == 0).astype(np.bool_).tobytes()
+    if dtype in ("F16", "BF16"):
+        # Chunked so that multi-GB tensors never sit in memory whole.
+        return b"".join(
+            (rng.standard_normal(min(1 << 22, (nbytes - i) // 2), dtype=np.float32) * 0.02).astype(np.float16).tobytes()
+            for i in range(0, nbytes, 1 << 23)
+        )
+    return rng.bytes(nbytes)
+
+
+def write_draft(folder, shape: DraftShape = DraftShape(), layout: str = "speculators", config: str | None = None,
+                shards: int = 1, fill: str = "random", embed: bool | None = None, qk_norm: bool = False,
+                extra: dict | None = None, drop: tuple[str, ...] = ()) -> Path:
+    """Write a synthetic draft folder: safetensors (sharded if `shards` > 1) plus config.json.
+
+    `config`: "speculators", "flat" or "none" (default: speculators for that layout, else flat).
+    `extra` adds or overrides tensors; `drop` removes tensors by name.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = draft_tensors(shape, layout, embed=embed, qk_norm=qk_norm) | (extra or {})
+    tensors = {k: v for k, v in tensors.items() if k not in drop}
+    config = config or ("speculators" if layout == "speculators" else "flat")
+    if config != "none":
+        body = speculators_config(shape) if config == "speculators" else flat_config(shape)
+        (folder / "config.json").write_text(json.dumps(body, indent=2))
+    write_shards(folder, tensors, shards, fill=fill)
+    return folder
+
+
+def write_shards(folder: Path, tensors: dict, shards: int, fill: str = "random", metadata: dict | None = None) -> None:
+    """Split `tensors` over `shards` files (with an index when more than one)."""
+    if shards == 1:
+        write_safetensors(folder / "model.safetensors", tensors, metadata or {"format": "pt"}, fill=fill)
+        return
+    names = list(tensors)
+    weight_map, total = {}, 0
+    for i in range(shards):
+        part = {n: tensors[n] for n in names[i::shards]}
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(folder / file, part, metadata or {"format": "pt"}, fill=fill, seed=i)
+        for n, v in part.items():
+            weight_map[n] = file
+            total += v.nbytes if isinstance(v, np.ndarray) else int(np.prod(v[1])) * DTYPE_BYTES[v[0]]
+    (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))

@@ -1,0 +1,158 @@
+"""The header-only reader: what it reads, and every malformed-file rule (field notes §10)."""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from draftdoctor.checkpoint import CheckpointError, open_checkpoint, read_header
+from draftdoctor.synth import write_safetensors
+
+
+def raw_file(path, header: dict | bytes, data: bytes = b"", length: int | None = None):
+    body = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(body) if length is None else length) + body + data)
+    return path
+
+
+def test_reads_what_safetensors_wrote(tmp_path):
+    arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(4, dtype=np.int64)}
+    save_file(arrays, tmp_path / "x.safetensors", metadata={"format": "pt"})
+    shard = read_header(tmp_path / "x.safetensors")
+    by_name = {t.name: t for t in shard.tensors}
+    assert by_name["a"].shape == (2, 3) and by_name["a"].dtype == "F32" and by_name["a"].nbytes == 24
+    assert shard.metadata == {"format": "pt"}
+    with open(tmp_path / "x.safetensors", "rb") as f:
+        f.seek(by_name["a"].begin)
+        assert np.frombuffer(f.read(24), dtype=np.float32).tolist() == list(range(6))
+
+
+def test_folder_and_sharded(draft):
+    single = open_checkpoint(draft("speculators"))
+    sharded = open_checkpoint(draft("speculators", shards=3))
+    assert single.keys() and sorted(single.keys()) == sorted(sharded.keys())
+    assert len(sharded.shards) == 3 and sharded.config["speculators_model_type"] == "eagle3"
+    assert open_checkpoint(single.path / "model.safetensors").keys() == single.keys()
+
+
+def test_never_reads_tensor_data(tmp_path):
+    """A sparse 'huge' file (data never written) lists instantly: only the header is read."""
+    write_safetensors(tmp_path / "big.safetensors", {"w": ("F16", (200_000, 50_000))}, fill="sparse")
+    ckpt = open_checkpoint(tmp_path / "big.safetensors")
+    assert ckpt.tensors["w"].nbytes == 20_000_000_000
+
+
+GOOD = {"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+
+
+@pytest.mark.parametrize("name, header, data, length, problem", [
+    ("short", None, b"", None, "too short"),
+    ("huge-length", b"{}", b"", 200_000_000, "exceeds"),
+    ("past-end", b"{}", b"", 50, "past the end"),
+    ("not-utf8", b"\xff\xfe{}", b"", None, "UTF-8"),
+    ("bad-json", b"{not json", b"", None, "not valid JSON"),
+    ("not-object", b"[1, 2]", b"", None, "not a JSON object"),
+    ("unknown-dtype", {"t": {"dtype": "F31", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8, None, "unknown dtype"),
+    ("bad-shape", {"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 8]}}, b"\0" * 8, None, "shape"),
+    ("bad-offsets", {"t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, b"\0" * 8, None, "data_offsets"),
+    ("size-mismatch", {"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8, None, "needs 12"),
+    ("hole", {"t": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, None, "hole"),
+    ("overlap", {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                 "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, None, "overlaps"),
+    ("trailing", GOOD, b"\0" * 12, None, "trailing"),
+    ("truncated-data", GOOD, b"\0" * 4, None, "past the end"),
+    ("duplicate", b'{"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+                  b'"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', b"\0" * 8, None, "duplicate"),
+    ("bad-metadata", {"__metadata__": {"k": 1}}, b"", None, "__metadata__"),
+])
+def test_malformed_files_raise_one_clear_error(tmp_path, name, header, data, length, problem):
+    path = tmp_path / f"{name}.safetensors"
+    if header is None:
+        path.write_bytes(b"\1\2\3")
+    else:
+        raw_file(path, header, data, length)
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(path)
+    assert problem in str(e.value) and str(path) in str(e.value)
+
+
+def _sharded(draft):
+    folder = draft("speculators", shards=2)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    return folder, index
+
+
+def _write_index(folder, index):
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def test_index_entry_pointing_at_missing_file(draft):
+    folder, index = _sharded(draft)
+    index["weight_map"]["fc.weight"] = "model-00009-of-00009.safetensors"
+    _write_index(folder, index)
+    with pytest.raises(CheckpointError, match="does not exist") as e:
+        open_checkpoint(folder)
+    assert "fc.weight" in str(e.value)
+
+
+@pytest.mark.parametrize("target", ["../outside.safetensors", "/etc/passwd"])
+def test_index_entry_outside_folder(draft, target):
+    folder, index = _sharded(draft)
+    (folder.parent / "outside.safetensors").write_bytes(b"")
+    index["weight_map"]["fc.weight"] = target
+    _write_index(folder, index)
+    with pytest.raises(CheckpointError, match="outside the checkpoint folder"):
+        open_checkpoint(folder)
+
+
+def test_symlinked_shard_leaving_folder_is_refused(draft):
+    folder, index = _sharded(draft)
+    shard = folder / index["weight_map"]["fc.weight"]
+    moved = folder.parent / "elsewhere.safetensors"
+    shard.rename(moved)
+    shard.symlink_to(moved)
+    with pytest.raises(CheckpointError, match="outside the checkpoint folder"):
+        open_checkpoint(folder)
+
+
+def test_index_entry_absent_from_shard_header(draft):
+    folder, index = _sharded(draft)
+    index["weight_map"]["ghost.weight"] = index["weight_map"]["fc.weight"]
+    _write_index(folder, index)
+    with pytest.raises(CheckpointError, match="not in that file's header") as e:
+        open_checkpoint(folder)
+    assert "ghost.weight" in str(e.value)
+
+
+def test_tensor_missing_from_index(draft):
+    folder, index = _sharded(draft)
+    del index["weight_map"]["norm.weight"]
+    _write_index(folder, index)
+    with pytest.raises(CheckpointError, match="not listed in") as e:
+        open_checkpoint(folder)
+    assert "norm.weight" in str(e.value)
+
+
+def test_index_pointing_at_wrong_shard(draft):
+    folder, index = _sharded(draft)
+    files = sorted(set(index["weight_map"].values()))
+    index["weight_map"]["fc.weight"] = next(f for f in files if f != index["weight_map"]["fc.weight"])
+    _write_index(folder, index)
+    with pytest.raises(CheckpointError, match="but stored in"):
+        open_checkpoint(folder)
+
+
+def test_pickle_checkpoints_are_never_unpickled(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    for path in (tmp_path, tmp_path / "pytorch_model.bin"):
+        with pytest.raises(CheckpointError, match="not read: unpickling"):
+            open_checkpoint(path)
+
+
+def test_missing_path_and_empty_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file"):
+        open_checkpoint(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no .safetensors file"):
+        open_checkpoint(tmp_path)

@@ -1,0 +1,74 @@
+"""The command line as a user runs it: output formats, exit statuses, one-line errors."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", *map(str, args)], capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_inspect_text_groups_by_module_with_totals(draft):
+    code, out, err = run("inspect", draft("speculators"))
+    assert code == 0 and not err
+    assert "[layers.0]" in out and "10 tensors" in out and "16 tensors" in out
+    assert "layout: speculators" in out
+
+
+def test_inspect_json_and_csv(draft):
+    folder = draft("midlayer", shards=2)
+    code, out, _ = run("inspect", folder, "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["layout"]["name"] == "midlayer" and len(doc["files"]) == 2
+    assert {"name", "dtype", "shape", "bytes", "file", "module"} <= set(doc["tensors"][0])
+    code, out, _ = run("inspect", folder, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and len(rows) == len(doc["tensors"]) and rows[0]["shape"]
+
+
+def test_check_exit_statuses_and_json(draft):
+    code, out, _ = run("check", draft("speculators", config="flat"), "--engine", "sglang==0.5.10", "--format", "json")
+    doc = json.loads(out)
+    assert code == 1
+    assert doc["engine"] == "sglang==0.5.10" and doc["loader"] == "replay" and doc["format"] == "flat"
+    cov = doc["coverage"]
+    assert cov["params_total"] == 11 and cov["params_uninitialized"] == 7 and cov["keys_dropped"] == 10
+    assert cov["bytes_uninitialized"] > 0 and len(cov["params"]) == 11 and len(cov["keys"]) == 16
+    assert {f["code"] for f in doc["findings"]} == {"dropped-keys", "uninitialized-params"}
+    assert all(set(f) == {"code", "severity", "message"} for f in doc["findings"])
+    code, out, _ = run("check", draft("midlayer"), "--engine", "sglang==0.5.10")
+    assert code == 0 and "verdict: loads cleanly" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (("inspect", "/nonexistent/x"), "no such file"),
+    (("check", "{ok}", "--engine", "sglang==9.9.9"), "not a known release"),
+    (("check", "{ok}", "--engine", "tgi"), "unknown engine"),
+    (("check", "{bad}", "--engine", "sglang"), "too short"),
+    (("inspect",), "required"),
+])
+def test_unusable_input_exits_2_with_one_line(draft, tmp_path, args, message):
+    ok = draft("midlayer")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"xx")
+    code, out, err = run(*[a.format(ok=ok, bad=bad) for a in args])
+    assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_inspect_imports_no_heavy_modules(draft):
+    folder = draft("speculators")
+    code = (
+        "import sys; from draftdoctor.cli import main; main(['inspect', %r]); "
+        "main(['check', %r, '--engine', 'sglang==0.5.10']); "
+        "heavy = [m for m in ('torch', 'transformers', 'sglang', 'pandas') if m in sys.modules]; "
+        "sys.stderr.write(repr(heavy))" % (str(folder), str(folder))
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stderr.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,178 @@
+"""Replay coverage: the expected verdicts of issue 2 and each profile's resolution rules."""
+
+import re
+
+import pytest
+
+from draftdoctor.checkpoint import open_checkpoint
+from draftdoctor.coverage import check
+from draftdoctor.engines import EngineSpecError, resolve_engine
+from draftdoctor.layouts import detect_layout
+from draftdoctor.synth import LLAMA_8B, DraftShape, write_draft
+
+DECODER = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "input_layernorm", "post_attention_layernorm",
+           "hidden_norm"}
+
+
+def statuses(report):
+    return {p.name: p.status for p in report.params}
+
+
+def codes(report, severity="error"):
+    return {f.code for f in report.findings if f.severity == severity}
+
+
+def test_speculators_layout_under_0_5_10_drops_the_decoder_layer(draft):
+    report = check(draft("speculators", config="flat"), "sglang==0.5.10")
+    uninitialized = {p.name.split(".")[-2] for p in report.uninitialized}
+    assert uninitialized == DECODER and len(report.params) == 11
+    assert statuses(report)["model.fc.weight"] == "written"
+    assert {k.key.split(".")[0] for k in report.dropped} == {"layers"} and len(report.dropped) == 10
+    assert codes(report) == {"dropped-keys", "uninitialized-params"}
+    assert "decoder layer left at initial values (7 of 11 parameters" in report.verdict
+    assert "expect accept length 1.00" in report.verdict
+    keys = {k.key: k.status for k in report.keys}
+    assert keys["d2t"] == "derived" and keys["t2d"] == "ignored"
+
+
+def test_story_numbers_on_an_8b_shaped_draft(tmp_path):
+    """Field notes §1/§9: 7 of 11 parameters, about 486 MB of 850 MB, sized from headers alone."""
+    folder = write_draft(tmp_path / "d", LLAMA_8B, layout="speculators", config="flat", fill="sparse")
+    report = check(folder, "sglang==0.5.10")
+    assert re.search(r"7 of 11 parameters, 48[67] MB of 8[45]\d MB", report.verdict), report.verdict
+    assert 845e6 < report.bytes_needed < 855e6
+
+
+def test_speculators_config_under_newest_sglang_loads_weights_but_config_is_unreadable(draft):
+    report = check(draft("speculators"), "sglang==0.5.23")
+    assert not report.uninitialized and not report.dropped
+    assert codes(report) == {"config-unreadable"}
+    assert "model_type" in report.findings[0].message
+
+
+def test_midlayer_layout_is_clean_under_0_5_10(draft):
+    report = check(draft("midlayer"), "sglang==0.5.10")
+    assert codes(report) == set() and report.verdict.startswith("loads cleanly")
+    assert statuses(report)["model.embed_tokens.weight"] == "from-target"
+
+
+@pytest.mark.parametrize("layout", ["speculators", "midlayer"])
+def test_vllm_loads_both_layouts(draft, layout):
+    report = check(draft(layout), "vllm")
+    assert codes(report) == set(), report.findings
+    assert statuses(report)["draft_id_to_target_id"] == "written"
+
+
+def test_newest_sglang_renames_legacy_midlayer(draft):
+    report = check(draft("midlayer"), "sglang")
+    assert report.engine == "sglang==0.5.23" and codes(report) == set()
+    assert all(p.name.startswith(("model.layers.0.", "model.", "lm_head")) for p in report.params)
+
+
+def test_prefixed_keys(draft):
+    folder = draft("prefixed")
+    assert detect_layout(open_checkpoint(folder).keys(), None).name == "prefixed"
+    assert codes(check(folder, "sglang==0.5.10")) == set()
+    crash = check(folder, "sglang==0.4.8")
+    assert "loader-crash" in codes(crash) and "KeyError" in crash.verdict
+
+
+def test_crash_era_keyerror_on_layers_0(draft):
+    report = check(draft("speculators", config="flat"), "sglang==0.4.8")
+    assert "loader-crash" in codes(report)
+    assert any(k.status == "not-reached" for k in report.keys)
+    assert report.verdict.startswith("the server will not start")
+
+
+def test_two_layers_crash_midlayer_era_and_load_on_newest(draft):
+    folder = draft("speculators", shape=DraftShape(num_layers=2), config="flat")
+    old = check(folder, "sglang==0.5.10")
+    assert "loader-crash" in codes(old) and "only supports 1 layer" in old.verdict
+    new = check(folder, "sglang==0.5.23")
+    assert codes(new) == set() and sum(p.role == "layer" for p in new.params) == 14
+    layer1 = next(p for p in new.params if p.name == "model.layers.1.self_attn.qkv_proj.weight")
+    assert layer1.shape[1] == 64  # layers after the first take H, not 2H
+
+
+def test_partly_written_fused_parameter(draft):
+    report = check(draft("midlayer", drop=("midlayer.self_attn.v_proj.weight",)), "sglang==0.5.10")
+    qkv = next(p for p in report.params if p.name.endswith("qkv_proj.weight"))
+    assert qkv.status == "partial" and qkv.shards_missing == ["v"] and sorted(qkv.shards_written) == ["k", "q"]
+    assert "uninitialized-params" in codes(report) and "shards v missing" in report.findings[0].message
+
+
+def test_shape_mismatch(draft):
+    import numpy as np
+
+    bad = {"fc.weight": np.zeros((64, 128), dtype=np.float16)}  # two aux layers' width, config says three
+    report = check(draft("midlayer", extra=bad), "sglang==0.5.10")
+    assert "shape-mismatch" in codes(report)
+    assert "Attempted to load weight" in report.verdict
+
+
+def test_missing_lm_head_and_fc_bias(draft):
+    import numpy as np
+
+    report = check(draft("midlayer", drop=("lm_head.weight",)), "sglang==0.5.10")
+    assert statuses(report)["lm_head.weight"] == "uninitialized"
+    extra = check(draft("midlayer", extra={"fc.bias": np.zeros(64, dtype=np.float16)}), "sglang==0.5.10")
+    assert {k.key for k in extra.dropped} == {"fc.bias"}
+    assert "model.fc.bias" in statuses(check(draft("midlayer"), "sglang==0.4.8"))
+
+
+def test_training_only_keys_are_info(draft):
+    import numpy as np
+
+    report = check(draft("midlayer", extra={"verifier_norm.weight": np.ones(64, dtype=np.float16)}), "sglang==0.5.10")
+    assert codes(report) == set() and codes(report, "info") == {"dropped-keys"}
+
+
+def test_config_missing_or_wrong_architecture(draft):
+    assert "config-unreadable" in codes(check(draft("midlayer", config="none"), "sglang==0.5.10"))
+    import json
+
+    folder = draft("midlayer")
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["LlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    report = check(folder, "sglang==0.5.10")
+    assert "config-unreadable" in codes(report) and "are not supported" in report.verdict
+
+
+def test_null_target_hidden_size_crashes(draft):
+    import json
+
+    folder = draft("midlayer")
+    config = json.loads((folder / "config.json").read_text())
+    config["target_hidden_size"] = None
+    (folder / "config.json").write_text(json.dumps(config))
+    assert "loader-crash" in codes(check(folder, "sglang==0.5.10"))
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("sglang==0.5.10", "0.4.9"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.4.9"),
+    ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.12"), ("vllm", "0.33.0"),
+])
+def test_engine_specs(spec, expected):
+    assert resolve_engine(spec)[0].first == expected
+
+
+@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest"])
+def test_unknown_engine_specs_list_known_ranges(spec):
+    with pytest.raises(EngineSpecError) as e:
+        resolve_engine(spec)
+    assert "0.4.9–0.5.11" in str(e.value) or "expected e.g." in str(e.value)
+
+
+def test_layout_detection_evidence(draft):
+    spec = detect_layout(open_checkpoint(draft("speculators")).keys(), open_checkpoint(draft("speculators")).config)
+    assert spec.name == "speculators" and any("layers.0." in e for e in spec.evidence)
+    mid = open_checkpoint(draft("midlayer"))
+    assert detect_layout(mid.keys(), mid.config).name == "midlayer"
+
+
+def test_sharded_checkpoint_coverage_matches_single_file(draft):
+    one = check(draft("speculators", config="flat"), "sglang==0.5.10")
+    many = check(draft("speculators", config="flat", shards=4), "sglang==0.5.10")
+    assert statuses(one) == statuses(many)
+    assert {k.key: k.status for k in one.keys} == {k.key: k.status for k in many.keys}

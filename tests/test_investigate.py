@@ -1,0 +1,58 @@
+"""`investigate`: papermill runs in order, failures named by notebook and cell, batch summaries."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from draftdoctor.investigate import ParamsError, StepFailed, investigate, load_params, run_step
+
+ROOT = Path(__file__).resolve().parents[1]
+INSPECTION = ("01-dump-keys", "02-compare-names", "03-load-coverage")
+
+
+def test_params_file_batch_and_relative_paths(tmp_path):
+    (tmp_path / "p.yaml").write_text("engine: sglang\nrelease: '0.5.10'\ncheckpoints:\n  - a/draft\n"
+                                     "  - {checkpoint: b/draft, name: other}\n")
+    runs = load_params(tmp_path / "p.yaml")
+    assert [r["name"] for r in runs] == ["draft", "other"]
+    assert runs[0]["checkpoint"] == str(tmp_path / "a" / "draft") and runs[1]["release"] == "0.5.10"
+    (tmp_path / "bad.yaml").write_text("engine: sglang\n")
+    with pytest.raises(ParamsError, match="checkpoint"):
+        load_params(tmp_path / "bad.yaml")
+
+
+def test_failing_cell_is_reported_with_notebook_and_cell(tmp_path):
+    with pytest.raises(StepFailed) as e:
+        run_step("01-dump-keys", {"checkpoint": str(tmp_path / "missing")}, tmp_path, cell_timeout=120)
+    assert e.value.notebook == "01-dump-keys.ipynb" and e.value.cell is not None
+    assert "CheckpointError" in e.value.message and "no such file" in e.value.message
+
+
+def test_cell_timeout_is_reported_with_the_cell(tmp_path):
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("out_dir: str = '.'  # where to write")
+    params.metadata["tags"] = ["parameters"]
+    book.cells = [params, nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("import time\ntime.sleep(60)")]
+    nbformat.write(book, tmp_path / "slow.ipynb")
+    with pytest.raises(StepFailed) as e:
+        run_step("slow", {}, tmp_path / "out", cell_timeout=2, notebooks=tmp_path)
+    assert "timed out" in e.value.message and e.value.cell is not None and e.value.cell >= 2
+
+
+def test_batch_of_two_checkpoints_writes_a_folder_each_and_a_summary(tmp_path, draft, monkeypatch):
+    import draftdoctor.investigate as inv
+
+    monkeypatch.setattr(inv, "STEPS", INSPECTION)
+    good = draft("midlayer")
+    (tmp_path / "p.yaml").write_text(json.dumps({
+        "engine": "sglang", "release": "0.5.10",
+        "checkpoints": [str(ROOT / "data" / "speculators-draft"), str(good), str(tmp_path / "missing")]}))
+    results = investigate(tmp_path / "p.yaml", tmp_path / "out", cell_timeout=120)
+    assert [r.error is None for r in results] == [True, True, False]
+    story = json.loads((tmp_path / "out" / "speculators-draft" / "report.json").read_text())
+    assert story["coverage_before"]["params_uninitialized"] == 7 and story["layout"] == "speculators"
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "decoder layer left at initial values" in summary and "failed: 01-dump-keys.ipynb" in summary

@@ -1,0 +1,133 @@
+"""The launcher: SGLang command lines per release, and process handling on real child processes."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from draftdoctor.serving.launcher import (
+    READY_LINE, PortBusy, Server, ServeConfig, ServerCrashed, ServerHung, free_port, launch_args, server_command,
+)
+
+
+def test_sglang_command_for_the_story():
+    config = ServeConfig(target="/m/kimi", draft="/m/draft", num_steps=4, topk=1, num_draft_tokens=5, port=30000,
+                         tp_size=8, disable_cuda_graph=True)
+    argv = server_command("sglang", config, release="0.5.10", python="python")
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    joined = " ".join(argv)
+    assert "--model-path /m/kimi --speculative-algorithm EAGLE3 --speculative-draft-model-path /m/draft" in joined
+    assert "--speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5" in joined
+    assert "--host 127.0.0.1 --port 30000" in joined and "--tp-size 8" in joined
+    assert argv[-1] == "--disable-cuda-graph"
+
+
+@pytest.mark.parametrize("release, disable, max_bs", [
+    ("0.4.8", ["--disable-cuda-graph"], "--cuda-graph-max-bs"),
+    ("0.5.14", ["--disable-cuda-graph"], "--cuda-graph-max-bs"),
+    ("0.5.15", ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+     "--cuda-graph-max-bs-decode"),
+    ("0.5.23", ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+     "--cuda-graph-max-bs-decode"),
+])
+def test_cuda_graph_flags_follow_the_release(release, disable, max_bs):
+    args = launch_args(ServeConfig("t", "d", disable_cuda_graph=True, cuda_graph_max_bs=8), release)
+    assert args[-len(disable) - 2:-2] == disable and args[-2:] == [max_bs, "8"]
+
+
+def test_multi_node_flags_pass_through():
+    config = ServeConfig("t", "d", tp_size=16, dp_size=2, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000",
+                         extra_args=["--enable-metrics", "--decode-log-interval", "10"])
+    args = launch_args(config, "0.5.23")
+    for pair in (["--tp-size", "16"], ["--dp-size", "2"], ["--nnodes", "2"], ["--node-rank", "1"],
+                 ["--dist-init-addr", "10.0.0.1:5000"]):
+        i = args.index(pair[0])
+        assert args[i:i + 2] == pair
+    assert args[-3:] == ["--enable-metrics", "--decode-log-interval", "10"]
+
+
+def test_spec_flags_all_or_none():
+    with pytest.raises(ValueError, match="together"):
+        launch_args(ServeConfig("t", "d", num_steps=4, topk=None))
+    args = launch_args(ServeConfig("t", "d", num_steps=None, topk=None, num_draft_tokens=None))
+    assert "--speculative-num-steps" not in args and "--speculative-algorithm" in args
+
+
+def _python(tmp_path, code):
+    script = tmp_path / "fake_server.py"
+    script.write_text(code)
+    return [sys.executable, str(script)]
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie counts as gone
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_ready_by_log_line_and_stop_leaves_no_process(tmp_path):
+    argv = _python(tmp_path, f"""
+import subprocess, sys, time
+child = subprocess.Popen(["sleep", "600"])
+print("child", child.pid, flush=True)
+print({READY_LINE!r}, flush=True)
+time.sleep(600)
+""")
+    server = Server(argv, tmp_path / "server.log", "127.0.0.1", free_port())
+    with server:
+        leader = server.process.pid
+        time.sleep(0.2)
+        child = int(next(l for l in (tmp_path / "server.log").read_text().splitlines() if l.startswith("child")).split()[1])
+        assert _alive(leader) and _alive(child)
+    assert not _alive(leader) and not _alive(child)
+
+
+def test_sigterm_ignoring_server_is_killed(tmp_path):
+    argv = _python(tmp_path, f"""
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print({READY_LINE!r}, flush=True)
+time.sleep(600)
+""")
+    server = Server(argv, tmp_path / "server.log", "127.0.0.1", free_port()).start()
+    server.wait_ready()
+    pid = server.process.pid
+    started = time.monotonic()
+    server.stop(grace=0.5)
+    assert not _alive(pid) and time.monotonic() - started < 5
+
+
+def test_crash_at_start_up_reports_last_log_lines(tmp_path):
+    argv = _python(tmp_path, "import sys\nprint('loading draft', flush=True)\nraise SystemExit('CUDA error: no device')\n")
+    with pytest.raises(ServerCrashed) as e:
+        with Server(argv, tmp_path / "server.log", "127.0.0.1", free_port()):
+            pass
+    assert "exited with status 1" in str(e.value) and "CUDA error: no device" in str(e.value)
+
+
+def test_hang_at_start_up_is_detected_and_stopped(tmp_path):
+    argv = _python(tmp_path, "import time\nprint('Capture cuda graph begin', flush=True)\ntime.sleep(600)\n")
+    server = Server(argv, tmp_path / "server.log", "127.0.0.1", free_port(), hang_timeout=1.5)
+    with pytest.raises(ServerHung) as e:
+        with server:
+            pass
+    assert "Capture cuda graph begin" in str(e.value)
+    assert server.process is None
+
+
+def test_busy_port_is_refused_before_starting(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        server = Server([sys.executable, "-c", "pass"], tmp_path / "server.log", "127.0.0.1", port)
+        with pytest.raises(PortBusy, match=str(port)):
+            server.start()
+        assert server.process is None
