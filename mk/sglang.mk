@@ -8,9 +8,10 @@ SGLANG_DIR := $(BUILD)/sglang
 .PHONY: sglang-loaders
 sglang-loaders: setup $(foreach r,$(SGLANG_RELEASES),$(SGLANG_DIR)/$(r)/.installed)
 
-# The marker is written only after the child's adapter self-check passed in the fresh folder.
+# The marker is written only after the child's adapter self-check passed in the fresh folder; the venv
+# is order-only (its torch is shared, but re-running `make setup` must not reinstall every release).
 # The grep refuses pin lists that would bring torch, CUDA/nvidia wheels, sgl-kernel or triton.
-$(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt $(VENV)/.setup-done
+$(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.setup-done
 	! grep -iqE '^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)' $<
 	rm -rf $(@D)
 	$(BIN)/pip install -q --no-deps --only-binary=:all: --target $(@D) -r $<

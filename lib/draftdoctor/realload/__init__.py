@@ -57,7 +57,7 @@ import sys
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-SUPPORTED_RELEASES = ("0.5.10", "0.5.23")
+SUPPORTED_RELEASES = ("0.5.10", "0.5.11", "0.5.23")
 INSTALL_COMMAND = "make sglang-loaders"
 # Written last by `make sglang-loaders` into each release folder: a folder without it is incomplete.
 READY_MARKER = ".installed"

@@ -49,7 +49,7 @@ class LoadRecorder:
         self._current = None
         self._attrs_before = None
         self._name_of = {id(p): n for n, p in self.params.items()}
-        self._globals, self._saved = {}, {}
+        self._saved = []  # (module globals, {name: original loader})
 
     # -- instrumentation -------------------------------------------------------------------------
     def prepare(self):
@@ -64,14 +64,21 @@ class LoadRecorder:
             loader = getattr(p, "weight_loader", None)
             if loader is not None:
                 p.weight_loader = self._wrap(loader, fixed_name=name)
-        self._globals = type(self.model).load_weights.__globals__
-        self._saved = {name: self._globals[name] for name in _FALLBACK_LOADERS if name in self._globals}
-        for name, loader in self._saved.items():
-            self._globals[name] = self._wrap(loader)
+        # Every load_weights in the class hierarchy (0.4.8's Eagle-3 class delegates to Llama's).
+        for cls in type(self.model).__mro__:
+            function = cls.__dict__.get("load_weights")
+            module_globals = getattr(function, "__globals__", None)
+            if module_globals is None or any(g is module_globals for g, _ in self._saved):
+                continue
+            saved = {name: module_globals[name] for name in _FALLBACK_LOADERS if name in module_globals}
+            self._saved.append((module_globals, saved))
+            for name, loader in saved.items():
+                module_globals[name] = self._wrap(loader)
 
     def restore(self):
         """Put the module-level fallback loaders back (the next checkpoint gets a fresh recorder)."""
-        self._globals.update(self._saved)
+        for module_globals, saved in self._saved:
+            module_globals.update(saved)
 
     def _wrap(self, loader, fixed_name=None):
         def recorded(param, loaded_weight, *args, **kwargs):
