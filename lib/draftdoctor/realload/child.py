@@ -61,8 +61,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def set_up(adapter):
-    """Stubs, adapter check, server args, a world-size-1 gloo group. Returns the ServerArgs."""
+def set_up(adapter, scratch):
+    """Stubs, adapter check, server args, a world-size-1 gloo group. Returns the ServerArgs.
+    `scratch`: a folder that outlives the checks (holds the stand-in target's config)."""
     stubs.freeze_availability_checks()
     stubs.install()
     adapter.verify()
@@ -70,9 +71,8 @@ def set_up(adapter):
     from sglang.srt.models import registry  # noqa: F401  (imports every model module now, not mid-check)
     from sglang.srt.server_args import ServerArgs
 
-    target = Path(tempfile.mkdtemp(prefix="draftdoctor-target-"))
-    (target / "config.json").write_text(json.dumps(_TARGET_STAND_IN))
-    server_args = ServerArgs(model_path=str(target), device="cpu")
+    (Path(scratch) / "config.json").write_text(json.dumps(_TARGET_STAND_IN))
+    server_args = ServerArgs(model_path=str(scratch), device="cpu")
     adapter.publish_server_args(server_args)
     init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
                                  distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
@@ -198,6 +198,19 @@ def _versions():
     return {name: importlib.metadata.version(name) for name in ("sglang", "torch", "transformers")}
 
 
+def run_checks(server_args, args, setup_s):
+    """One report per checkpoint named on the command line."""
+    versions = _versions()
+    reports = []
+    for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
+        report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": args.release,
+                  "versions": versions, "checkpoint": str(checkpoint)}
+        report.update(check(server_args, checkpoint, _device_for(checkpoint, args.device)))
+        report["timings"] = {"setup": setup_s, **report["timings"]}
+        reports.append(report)
+    return reports
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.child", description=__doc__.split("\n")[0])
     parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the adapter)")
@@ -208,25 +221,18 @@ def main(argv=None):
     # SGLang and its dependencies print to stdout; keep stdout for the one JSON document.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    started = time.perf_counter()
-    try:
-        server_args = set_up(get_adapter(args.release))
-    except AdapterMismatch as exc:
-        print(f"draftdoctor: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
-    except Exception:
-        print(f"draftdoctor: the sglang {args.release} environment failed to set up:\n{traceback.format_exc()}",
-              file=sys.stderr)
-        return EXIT_ENVIRONMENT
-    setup_s = round(time.perf_counter() - started, 3)
-    versions = _versions()
-    reports = []
-    for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
-        report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": args.release,
-                  "versions": versions, "checkpoint": str(checkpoint)}
-        report.update(check(server_args, checkpoint, _device_for(checkpoint, args.device)))
-        report["timings"] = {"setup": setup_s, **report["timings"]}
-        reports.append(report)
+    with tempfile.TemporaryDirectory(prefix="draftdoctor-realload-") as scratch:
+        started = time.perf_counter()
+        try:
+            server_args = set_up(get_adapter(args.release), scratch)
+        except AdapterMismatch as exc:
+            print(f"draftdoctor: {exc}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        except Exception:
+            print(f"draftdoctor: the sglang {args.release} environment failed to set up:\n{traceback.format_exc()}",
+                  file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        reports = run_checks(server_args, args, round(time.perf_counter() - started, 3))
     json.dump(reports, out)
     out.write("\n")
     out.flush()

@@ -64,7 +64,7 @@ class LoadRecorder:
             loader = getattr(p, "weight_loader", None)
             if loader is not None:
                 p.weight_loader = self._wrap(loader, fixed_name=name)
-        # Every load_weights in the class hierarchy (0.4.8's Eagle-3 class delegates to Llama's).
+        # Every load_weights in the class hierarchy: a subclass may hand keys to its base class's loader.
         for cls in type(self.model).__mro__:
             function = cls.__dict__.get("load_weights")
             module_globals = getattr(function, "__globals__", None)
