@@ -11,10 +11,11 @@ sglang-loaders: setup $(foreach r,$(SGLANG_RELEASES),$(SGLANG_DIR)/$(r)/.install
 # The marker is written only after the child's adapter self-check passed in the fresh folder; the venv
 # is order-only (its torch is shared, but re-running `make setup` must not reinstall every release).
 # The grep refuses pin lists that would bring torch, CUDA/nvidia wheels, sgl-kernel or triton.
+# --no-compile: most of transformers/sglang is never imported; the self-check compiles what is.
 $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.setup-done
 	! grep -iqE '^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)' $<
 	rm -rf $(@D)
-	$(BIN)/pip install -q --no-deps --only-binary=:all: --target $(@D) -r $<
+	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
 	PYTHONPATH=$(@D) $(BIN)/python -m draftdoctor.realload.child --release $* \
 		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
 	touch $@
