@@ -333,11 +333,19 @@ def _dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
 LOADERS = ("replay",)
 
 
-def check(path, engine: str, loader: str = "replay") -> CoverageReport:
-    """The coverage report of `engine` loading the checkpoint at `path`.
+def check(path, engine: str, loader: str = "replay", target=None) -> CoverageReport:
+    """The coverage report of `engine` loading the checkpoint at `path`, plus the checks beyond
+    names (draftdoctor.checks), against the target's config when `target` (folder or config.json) is given.
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed).
     """
+    from .checks import draft_checks, read_target_config
+
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
-    return replay(open_checkpoint(path), engine)
+    checkpoint = open_checkpoint(path)
+    target_config = read_target_config(target) if target is not None else None
+    report = replay(checkpoint, engine)
+    profile, _ = resolve_engine(engine)
+    report.findings += draft_checks(checkpoint, profile, draft_dims(checkpoint), target_config)
+    return report

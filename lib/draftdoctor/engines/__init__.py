@@ -68,6 +68,14 @@ class Profile:
     vocab_map_param: str | None  # a parameter for d2t (vLLM) instead of an attribute
     embed_from_target: bool  # the draft's embedding is replaced by the target's at serve time
     config_formats: tuple[str, ...]  # flat and/or speculators
+    # speculators' draft options the engine implements beyond fc_norm / norm_before_fc (above)
+    supports_norm_output: bool = False
+    supports_norm_before_residual: bool = False
+    supports_qk_norm: bool = False  # q_norm/k_norm in the draft's attention (qwen3-style drafts)
+    # aux hidden-state layer ids: where the engine reads them (in order) and what it captures:
+    # the input of target layer id + offset (SGLang adds 1; vLLM and speculators use ids as-is)
+    aux_ids_from: tuple[str, ...] = ("eagle_config",)
+    aux_capture_offset: int = 1
 
     @property
     def spec(self) -> str:

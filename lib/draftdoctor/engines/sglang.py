@@ -46,6 +46,7 @@ PROFILES = [
                         ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
         fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
+        supports_norm_output=True,
         **_COMMON,
     ),
 ]

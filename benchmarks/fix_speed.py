@@ -1,0 +1,107 @@
+"""How fast and lean `draftdoctor fix` is on a Llama-3.1-8B-sized draft, against `cp` and the story's script.
+
+Generates a 1.9 GB Llama-3.1-8B-shaped speculators draft (synth.LLAMA_8B, random data) in a temporary
+folder under build/, then in this one run times, as subprocesses, alternating and repeated:
+  - cp:     `cp` of the same safetensors file (the floor: bytes moved, nothing checked);
+  - fix:    `draftdoctor fix SRC --engine sglang==0.5.10 --out DST` (rename, config rewrite, copy,
+            checksum of every tensor in SRC and DST, header re-read, coverage replay);
+  - script: the story's script, safetensors load_file -> rename layers.0. -> midlayer. -> save_file
+            (torch; run with this venv's python).
+Each run is preceded by a `sync` so one run's write-back does not slow the next, and measured by a
+wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
+whose RSS includes the few MB the child inherits from the wrapper before exec).
+Prints medians and the ratios to cp; targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
+Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from draftdoctor.synth import LLAMA_8B, write_draft
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+# Runs one command and reports its wall time and peak RSS (the wrapper's own start-up is not counted).
+WRAPPER = """
+import json, resource, subprocess, sys, time
+start = time.perf_counter()
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
+wall = time.perf_counter() - start
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": rc, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss}))
+"""
+
+STORY_SCRIPT = """
+import sys
+from safetensors.torch import load_file, save_file
+src, dst = sys.argv[1], sys.argv[2]
+tensors = load_file(src)
+tensors = {k.replace("layers.0.", "midlayer."): v for k, v in tensors.items()}
+save_file(tensors, dst, metadata={"format": "pt"})
+"""
+
+
+def measure(cmd: list[str]) -> dict:
+    os.sync()
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout)
+    if result["rc"] != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed with exit status {result['rc']}")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="keep the generated draft and outputs")
+    args = parser.parse_args()
+    (ROOT / "build").mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="fix-speed-", dir=ROOT / "build"))
+    try:
+        src = work / "src"
+        print(f"generating a Llama-3.1-8B-shaped speculators draft in {src} ...", flush=True)
+        write_draft(src, LLAMA_8B, layout="speculators")
+        size = (src / "model.safetensors").stat().st_size
+        print(f"draft: {size / 1e9:.2f} GB, {args.repeat} runs each, alternating\n")
+        commands = {
+            "cp": lambda out: ["cp", str(src / "model.safetensors"), str(out)],
+            "fix": lambda out: [str(BIN / "draftdoctor"), "fix", str(src), "--engine", "sglang==0.5.10", "--out", str(out)],
+            "script": lambda out: [sys.executable, "-c", STORY_SCRIPT, str(src / "model.safetensors"), str(out)],
+        }
+        runs = {name: [] for name in commands}
+        for i in range(args.repeat):
+            for name, command in commands.items():
+                out = work / f"out-{name}"
+                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+                runs[name].append(measure(command(out)))
+        report(runs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(runs: dict) -> None:
+    wall = {name: statistics.median(r["wall"] for r in rs) for name, rs in runs.items()}
+    rss = {name: max(r["rss_kb"] for r in rs) / 1024 for name, rs in runs.items()}
+    cpu = {name: statistics.median(r["cpu"] for r in rs) for name, rs in runs.items()}
+    print(f"{'':8} {'median wall':>12} {'min..max':>14} {'x cp':>6} {'CPU (user+sys)':>15} {'peak RSS':>10}")
+    for name, rs in runs.items():
+        walls = [r["wall"] for r in rs]
+        print(f"{name:8} {wall[name]:10.2f} s {min(walls):6.2f}..{max(walls):5.2f} s {wall[name] / wall['cp']:6.2f} "
+              f"{cpu[name]:13.2f} s {rss[name]:7.0f} MB")
+    ratio = wall["fix"] / wall["cp"]
+    print(f"\nfix / cp wall time: {ratio:.2f}x (target <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'}); "
+          f"fix peak RSS {rss['fix']:.0f} MB (target <= 80 MB: {'met' if rss['fix'] <= 80 else 'MISSED'}); "
+          f"story script {wall['script'] / wall['cp']:.2f}x cp, {rss['script']:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Rename rules: how each producer layout's tensor names become the names an engine loads.
+
+The rules are data, in the style of vLLM's `WeightsMapper`: ordered prefix (and substring) maps, no
+branches. For each producer layout, `RULES` lists candidate mappers in order of preference. Which
+one applies to an engine is not written down per release: `choose` asks the engine's profile, via
+`coverage.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
+with the profile's own legacy renames switched off, so the result does not lean on an engine's
+compatibility path (SGLang >= 0.5.12 and vLLM accept `midlayer.` only through such a rename).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .coverage import CRASHED, DERIVED, IGNORED, LOADED, TRAINING_ONLY, resolve_key
+from .layouts import MIDLAYER_LAYOUT, PREFIXED_LAYOUT, SPECULATORS_LAYOUT, UNKNOWN_LAYOUT, is_training_only
+
+
+@dataclass(frozen=True)
+class WeightsMapper:
+    """Renames as data: substring maps, then prefix maps, each applied in order to the evolving name."""
+
+    description: str
+    orig_to_new_substr: tuple[tuple[str, str], ...] = ()
+    orig_to_new_prefix: tuple[tuple[str, str], ...] = ()
+
+    def map(self, name: str) -> str:
+        for old, new in self.orig_to_new_substr:
+            name = name.replace(old, new)
+        for old, new in self.orig_to_new_prefix:
+            if name.startswith(old):
+                name = new + name[len(old):]
+        return name
+
+    def __add__(self, other: "WeightsMapper") -> "WeightsMapper":
+        """This mapper, then `other`."""
+        if other.orig_to_new_substr and self.orig_to_new_prefix:
+            raise ValueError("cannot chain a substring map after a prefix map in one mapper")
+        return WeightsMapper(f"{self.description}, then {other.description}",
+                             self.orig_to_new_substr + other.orig_to_new_substr,
+                             self.orig_to_new_prefix + other.orig_to_new_prefix)
+
+
+KEEP = WeightsMapper("keep the names")
+# SGLang 0.4.x-0.5.11 name the single decoder layer `midlayer` (field notes §3)
+LAYERS_TO_MIDLAYER = WeightsMapper("layers.0. -> midlayer.", orig_to_new_prefix=(("layers.0.", "midlayer."),))
+# speculators' layout, which vLLM and SGLang >= 0.5.12 load natively
+MIDLAYER_TO_LAYERS = WeightsMapper("midlayer. -> layers.0.", orig_to_new_prefix=(("midlayer.", "layers.0."),))
+# keys saved with an engine's `model.` parameter prefix; engines that always add it would double it
+STRIP_MODEL = WeightsMapper("strip model.", orig_to_new_prefix=(("model.", ""),))
+
+# producer layout -> candidate mappers, most preferred first
+RULES: dict[str, tuple[WeightsMapper, ...]] = {
+    SPECULATORS_LAYOUT: (KEEP, LAYERS_TO_MIDLAYER),
+    MIDLAYER_LAYOUT: (MIDLAYER_TO_LAYERS, KEEP),
+    PREFIXED_LAYOUT: (STRIP_MODEL, STRIP_MODEL + MIDLAYER_TO_LAYERS, STRIP_MODEL + LAYERS_TO_MIDLAYER, KEEP),
+    UNKNOWN_LAYOUT: (KEEP, STRIP_MODEL),
+}
+
+
+@dataclass
+class Renaming:
+    """The chosen mapper and, per key, its new name (None: left out) and why."""
+
+    mapper: WeightsMapper
+    names: dict[str, str | None]
+    reasons: dict[str, str]
+    unresolved: list[str]  # keys the engine would still not load
+
+
+def _native(profile, name: str, params: dict) -> tuple[str, str]:
+    status, param, _, reason = resolve_key(replace(profile, legacy_renames=()), name, params)
+    return status, (f"loads into {param}" if status == LOADED else reason)
+
+
+def _apply(mapper: WeightsMapper, keys, profile, params: dict) -> Renaming:
+    names, reasons, unresolved = {}, {}, []
+    for key in keys:
+        new = mapper.map(key)
+        status, why = _native(profile, new, params)
+        if status == CRASHED and is_training_only(key):
+            names[key], reasons[key] = None, "training-only tensor the engine would fail on; left out"
+            continue
+        names[key], reasons[key] = new, why
+        if status not in (LOADED, DERIVED, IGNORED, TRAINING_ONLY):
+            unresolved.append(key)
+    return Renaming(mapper, names, reasons, unresolved)
+
+
+def choose(layout: str, keys, profile, params: dict) -> Renaming:
+    """The first of `RULES[layout]` under which the engine loads every key natively; failing that,
+    the candidate leaving the fewest keys unloaded (so the plan can show what is still wrong)."""
+    keys = list(keys)
+    best = None
+    for mapper in RULES.get(layout, RULES[UNKNOWN_LAYOUT]):
+        renaming = _apply(mapper, keys, profile, params)
+        if not renaming.unresolved:
+            return renaming
+        if best is None or len(renaming.unresolved) < len(best.unresolved):
+            best = renaming
+    return best
