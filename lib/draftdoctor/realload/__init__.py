@@ -40,7 +40,8 @@ gloo process group and SGLang's global state never leak into the caller (e.g. a 
     keys          one entry per key the production weights iterator yielded, in order:
                   {"key": "layers.0.mlp.up_proj.weight", "shape": [...], "dtype": "float16",
                    "consumed": bool, "consumed_as": "parameter" | "attribute" | null,
-                   "parameters": [names written from it], "attributes": [model attributes it set]}
+                   "parameters": [names written from it, successful writes only],
+                   "attributes": [model attributes it set]}
     all_keys_seen true if the iterator was exhausted (false after an error mid-load: later keys absent)
     attributes    {"hot_token_id": {"from_key": "d2t", "type": "Tensor", "shape": [...], "dtype": "int64"}}
     logs          warnings/errors logged while reading, building and loading:

@@ -87,10 +87,10 @@ class LoadRecorder:
             write = {"key": self._current["key"] if self._current else None,
                      "shard": None if shard is None else str(shard), "ok": False}
             self.writes.setdefault(name, []).append(write)
-            if self._current is not None:
-                self._current["targets"].append(name)
             loader(param, loaded_weight, *args, **kwargs)
             write["ok"] = True
+            if self._current is not None:  # only a write that succeeded consumes the key
+                self._current["targets"].append(name)
 
         recorded.__wrapped__ = loader
         return recorded
