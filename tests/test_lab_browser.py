@@ -19,6 +19,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # the browser fixture skips (or fails in CI), saying how to get it
+    expect = sync_playwright = None
+
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.coverage import check, replay
 from draftdoctor.lab import Lab
@@ -34,8 +39,12 @@ DEMO_DRAFT = ROOT / "data" / "demo" / "draft-story"
 RELEASE = "sglang==0.5.10"  # the notebooks' default engine release
 KERNEL_TIMEOUT = 60  # seconds for a notebook's kernel to start
 RUN_TIMEOUT = 120  # seconds for Run All (step 5 starts the reference server twice: ~15 s)
-# Lab's user settings for the test: no "get Jupyter news?" prompt over the screenshots.
-SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
+SAVE_TIMEOUT = 30  # seconds for Lab to save a notebook
+WIDGET_TIMEOUT = 30  # seconds for a widget (or any expect) to show the kernel's answer to an input
+# Lab's user settings for the test: no "get Jupyter news?" prompt over the screenshots, and no
+# autosave: the test saves once, when the run is over, then reads the file.
+SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
+            "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False}}
 
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 
@@ -43,9 +52,7 @@ PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 def _missing() -> str | None:
     if not os.access(CHROMIUM, os.X_OK):
         return f"Chromium not found at {CHROMIUM}: `make browser` installs Debian's chromium (apt-get, as root)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
+    if sync_playwright is None:
         return "Playwright is not installed: `make setup` installs it"
     return None
 
@@ -57,8 +64,7 @@ def browser():
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
+    expect.set_options(timeout=WIDGET_TIMEOUT * 1000)
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield chromium
@@ -80,8 +86,8 @@ def lab(tmp_path_factory, browser):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(values))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in ARTIFACTS.glob("*.png"):  # the screenshots show this run only
-        old.unlink()
+    for old in [*ARTIFACTS.glob("*.png"), ARTIFACTS / "jupyter.log"]:  # this run's only
+        old.unlink(missing_ok=True)
     with Lab(root, ARTIFACTS / "jupyter.log", env=env) as server:
         yield server
 
@@ -161,14 +167,12 @@ def run_notebook(page, lab, name):
     _wait(finished, RUN_TIMEOUT, lambda: f"{name}: Run All did not finish; code cells still queued or running: "
           f"{[i for i, p in enumerate(_prompts(page)) if p == '[*]:']}")
 
-    page.keyboard.press("Control+s")
-
-    def saved_run():
-        book = nbformat.reads(json.dumps(_api(lab, "GET", f"/api/contents/{path}")["content"]), as_version=4)
-        ran = next(c for c in book.cells if c.cell_type == "code").execution_count
-        return ran and page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() == 0 and book
-
-    saved = _wait(saved_run, 30, f"{name}: Lab did not save the notebook")
+    # Read the notebook only after Lab's save answered: a read during the save can catch the file mid-write.
+    with page.expect_response(lambda r: r.request.method == "PUT" and r.url.split("?")[0].endswith(path),
+                              timeout=SAVE_TIMEOUT * 1000) as response:
+        page.keyboard.press("Control+s")
+    assert response.value.ok, f"{name}: Lab could not save the notebook: {response.value.status}"
+    saved = nbformat.reads(json.dumps(_api(lab, "GET", f"/api/contents/{path}")["content"]), as_version=4)
     code = [c for c in saved.cells if c.cell_type == "code"]
     errors = [f"In [{c.execution_count}]: {o.ename}: {o.evalue}" for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{name}: " + "; ".join(errors)
@@ -205,11 +209,13 @@ def test_01_dump_keys_filter_narrows_the_key_table(page, lab):
     box = page.get_by_placeholder("filter keys, e.g. layers.0 or proj")
     view = page.locator(f"{PANEL} .widget-vbox").filter(has=box)
     count = view.locator(".widget-label", has_text=re.compile(r"^\d+ of \d+ rows$"))
-    assert count.inner_text() == f"{len(keys)} of {len(keys)} rows"
-    box.press_sequentially("layers.0")
-    count.filter(has_text=f"{len(layer)} of {len(keys)} rows").wait_for(timeout=10_000)
     rows = view.locator("table.dataframe tbody tr")
-    assert rows.count() == len(layer)
+    expect(count).to_have_text(f"{len(keys)} of {len(keys)} rows")
+    expect(rows).to_have_count(len(keys))
+    box.press_sequentially("layers.0")
+    # the label and the table update one after the other, once per keystroke: wait for both
+    expect(count).to_have_text(f"{len(layer)} of {len(keys)} rows")
+    expect(rows).to_have_count(len(layer))
     assert all("layers.0" in row for row in rows.all_inner_texts())
     show(view)
 
@@ -225,11 +231,10 @@ def test_02_compare_names_engine_picker_changes_the_verdict(page, lab):
     view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-dropdown select"))
     picker = view.locator(".widget-dropdown select")
     verdict = view.locator(".widget-html")
-    assert picker.input_value() == RELEASE
-    assert verdict.inner_text() == f"verdict: {before}"
+    expect(picker).to_have_value(RELEASE)
+    expect(verdict).to_have_text(f"verdict: {before}")
     picker.select_option("sglang==0.5.23")
-    verdict.filter(has_text=after).wait_for(timeout=10_000)
-    assert verdict.inner_text() == f"verdict: {after}"
+    expect(verdict).to_have_text(f"verdict: {after}")
     show(view)
 
 
@@ -267,7 +272,7 @@ def test_05_relaunch_charts_acceptance_and_toggles_runs(page, lab):
     assert_widgets_rendered(page)
     view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-toggle-buttons"))
     toggle, shown = view.locator(".widget-toggle-buttons"), view.locator("table")
-    assert "before" in shown.locator("thead").inner_text()
+    expect(shown.locator("thead")).to_contain_text("before")
     toggle.get_by_role("button", name="after").click()
-    shown.locator("thead", has_text="after").wait_for(timeout=10_000)
+    expect(shown.locator("thead")).to_contain_text("after")
     show(chart)
