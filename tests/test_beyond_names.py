@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 from draftdoctor.reference import beyond_names  # noqa: E402
 
@@ -23,13 +23,7 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: threads only add overhead
-    try:
-        out = beyond_names.measure_cases(DEMO, tmp_path_factory.mktemp("beyond"), n_prompts=16)
-    finally:
-        torch.set_num_threads(before)
-    return {r.case.name: r for r in out}
+    return {r.case.name: r for r in beyond_names.measure_cases(DEMO, tmp_path_factory.mktemp("beyond"), n_prompts=16)}
 
 
 def check_codes(folder) -> set[str]:
@@ -69,6 +63,8 @@ def test_aux_ids_at_top_level_cannot_run_on_a_six_layer_target(results):
     top = results["aux ids at top level"]
     assert top.capture == (2, 3, 3) and top.measurement is None
     assert "gives 2 distinct aux states" in top.error and "needs 3" in top.error
+    [finding] = top.findings  # check says so before anything runs
+    assert "[2, 3, 3]" in finding.message and "only 2 distinct layers" in finding.message
     assert results["fixed draft"].capture == (1, 3, 4)
 
 

@@ -68,11 +68,16 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     out = []
     if present and read is None:
         where, ids = next(iter(present.items()))
-        default = f" (for this {n_layers}-layer target: {[2, n_layers // 2, n_layers - 3]})" if n_layers else ""
+        default = [2, n_layers // 2, n_layers - 3] if n_layers else None
+        effect = "the draft sees other layers than it was trained on"
+        if default and len(set(default)) < len(ids):  # the engine captures each layer once
+            effect = (f"that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
+                      "error the first time the draft runs")
         out.append(F.finding("aux-layer-ids", (
             f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at {where} are "
-            f"ignored and it captures its default layers{default}: the draft sees other layers than it was trained "
-            f"on. `draftdoctor fix` moves them")))
+            "ignored and it captures its default layers"
+            + (f" (for this {n_layers}-layer target: {default})" if default else "")
+            + f": {effect}. `draftdoctor fix` moves them")))
     if read is None:
         return out
     where, ids = read

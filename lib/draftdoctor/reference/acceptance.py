@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,18 @@ class Measurement:
         return cls(len(results), sum(r.completion_tokens for r in results),
                    sum(r.spec_verify_ct for r in results),
                    [sum(c) for c in zip(*(r.accepted_per_position for r in results))])
+
+
+@contextmanager
+def one_thread():
+    """torch on one thread while inside: the reference engine's ops are tiny, and on 2 cores a second
+    thread made measuring over 10x slower (thread synchronisation per op)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def tokenized_prompts(data_dir: Path, n_prompts: int | None = None) -> list[list[int]]:

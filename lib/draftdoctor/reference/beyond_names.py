@@ -77,6 +77,7 @@ class CaseResult:
     case: Case
     draft: Path  # the checkpoint served
     findings: list = field(default_factory=list)  # check's error and warning findings
+    aux_ids: tuple = (None, None)  # the config's aux layer ids and where they are (configs.aux_layer_ids)
     capture: tuple[int, ...] = ()  # target layers whose input the engine captures
     measurement: Measurement | None = None  # None when the draft cannot run
     error: str | None = None  # why the engine cannot run the draft
@@ -91,6 +92,7 @@ class CaseResult:
         return {
             "name": self.case.name,
             "flagged": ", ".join(self.codes) or "nothing",
+            "aux ids in config": f"{self.aux_ids[0]} ({self.aux_ids[1]})",
             "captured layers": list(self.capture),
             "accept_length": round(m.step_accept_length, 3) if m else None,
             "accept_rate": round(m.strict_accept_rate, 3) if m else None,
@@ -118,25 +120,29 @@ def prepare(case: Case, data_dir: Path, workdir: Path, engine: str) -> Path:
 def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | None = None,
                   max_new_tokens: int = 48, num_steps: int = 4) -> list[CaseResult]:
     """Every case of CASES under sglang==`release` on the reference backend; drafts go to `workdir`."""
+    from draftdoctor.configs import aux_layer_ids
     from draftdoctor.coverage import check
-    from draftdoctor.reference.acceptance import run_prompts, tokenized_prompts
+    from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
     from draftdoctor.reference.engine import CaptureMismatch
     from draftdoctor.reference.llama import TargetModel
     from draftdoctor.reference.loading import load_for_engine
 
     data_dir, workdir, engine = Path(data_dir), Path(workdir), f"sglang=={release}"
+    workdir.mkdir(parents=True, exist_ok=True)
     target = TargetModel.from_dir(data_dir / "target")
     prompts = tokenized_prompts(data_dir, n_prompts)
     results = []
     for case in CASES:
         draft_dir = prepare(case, data_dir, workdir, engine)
         report = check(draft_dir, engine, target=data_dir / "target")
-        result = CaseResult(case, draft_dir, [f for f in report.findings if f.severity in (F.ERROR, F.WARNING)])
+        result = CaseResult(case, draft_dir, [f for f in report.findings if f.severity in (F.ERROR, F.WARNING)],
+                            aux_layer_ids(json.loads((draft_dir / "config.json").read_text())))
         loaded = load_for_engine(draft_dir, engine, target)
         result.capture = loaded.capture
         draft = loaded.draft.with_norm_before_residual() if case.as_trained else loaded.draft
         try:
-            result.measurement = run_prompts(target, draft, loaded.capture, prompts, max_new_tokens, num_steps)
+            with one_thread():
+                result.measurement = run_prompts(target, draft, loaded.capture, prompts, max_new_tokens, num_steps)
         except CaptureMismatch as e:
             result.error = str(e)
         results.append(result)
@@ -144,15 +150,12 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data_dir", nargs="?", type=Path, default=Path("data/demo"))
     ap.add_argument("--release", default="0.5.10", help="the SGLang release to emulate")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--num-steps", type=int, default=4)
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)  # tiny ops: a second thread only adds overhead
     with tempfile.TemporaryDirectory() as work:
         results = measure_cases(args.data_dir, work, args.release, max_new_tokens=args.max_new_tokens,
                                 num_steps=args.num_steps)
