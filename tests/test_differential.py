@@ -59,3 +59,21 @@ def test_replay_and_real_loader_agree(draft, release):
             disagreements.append(f"{name}: findings replay {codes_want} != real {codes_got}\n"
                                  f"  real says: {[f.message for f in real.findings]}")
     assert not disagreements, "\n".join(disagreements)
+
+
+def test_reference_backend_weights_are_the_same_with_the_real_loader():
+    """`--loader real` and `--loader replay` hand the reference engine the very same draft."""
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    from draftdoctor.reference.llama import TargetModel
+    from draftdoctor.reference.loading import load_for_engine
+
+    if not installed("0.5.10"):
+        pytest.skip("sglang 0.5.10 not installed: run `make sglang-loaders`")
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    target = TargetModel.from_dir(demo / "target")
+    real = load_for_engine(demo / "draft-story", "sglang==0.5.10", target, loader="real")
+    played = load_for_engine(demo / "draft-story", "sglang==0.5.10", target, loader="replay")
+    assert real.written == played.written and len(real.written) == 4
+    assert all(torch.equal(real.draft.params[k], played.draft.params[k]) for k in played.draft.params)
