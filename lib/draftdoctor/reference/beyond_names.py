@@ -55,6 +55,7 @@ class Case:
     source: str  # folder under the demo data
     about: str
     edit: Callable[[dict], None] | None = None  # applied to the fixed draft's config.json
+    allow_lossy: bool = False  # fix it although the engine cannot express one of its options
     as_trained: bool = False  # compute norm_before_residual as trained (control; no SGLang release can)
 
 
@@ -64,9 +65,10 @@ CASES = (
          edit=_ids_at_top_level),
     Case("aux ids unconverted", "draft-speculators", "ids in eagle_config but not minus one (speculators' convention)",
          edit=_ids_unconverted),
-    Case("nbr draft", "draft-speculators-nbr", "trained with norm_before_residual true, fixed with allow_lossy"),
+    Case("nbr draft", "draft-speculators-nbr", "trained with norm_before_residual true, fixed with allow_lossy",
+         allow_lossy=True),
     Case("nbr draft as trained", "draft-speculators-nbr", "control: computed with norm_before_residual, as trained "
-         "(vLLM can, no SGLang release does)", as_trained=True),
+         "(vLLM can, no SGLang release does)", allow_lossy=True, as_trained=True),
 )
 
 
@@ -107,8 +109,7 @@ def prepare(case: Case, data_dir: Path, workdir: Path, engine: str) -> Path:
     from draftdoctor.fix import apply_fix, plan_fix
 
     out = workdir / case.name.replace(" ", "-")
-    plan = plan_fix(data_dir / case.source, engine)
-    dst = apply_fix(plan, out, force=True, allow_lossy=bool(plan.lossy)).dst
+    dst = apply_fix(plan_fix(data_dir / case.source, engine), out, force=True, allow_lossy=case.allow_lossy).dst
     if case.edit is not None:
         config_path = dst / "config.json"
         config = json.loads(config_path.read_text())
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--num-steps", type=int, default=4)
     args = ap.parse_args(argv)
+    missing = [n for n in ("target", "prompts.jsonl", *dict.fromkeys(c.source for c in CASES))
+               if not (args.data_dir / n).exists()]
+    if missing:
+        ap.error(f"{args.data_dir}: no {', '.join(missing)} (the demo data; `make demo-data` builds it)")
     with tempfile.TemporaryDirectory() as work:
         results = measure_cases(args.data_dir, work, args.release, max_new_tokens=args.max_new_tokens,
                                 num_steps=args.num_steps)
