@@ -34,9 +34,10 @@ $(VENV)/.setup-done: pyproject.toml
 test: setup
 	$(BIN)/python -m pytest -q
 
+# The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.
 demo: setup
-	$(BIN)/draftdoctor inspect data/speculators-draft
-	$(BIN)/draftdoctor check data/speculators-draft --engine sglang==0.5.10 || test $$? -eq 1
+	$(BIN)/draftdoctor investigate --params data/demo/investigate.yaml --out runs/demo
+	@echo "report: runs/demo/report.md (chart: runs/demo/acceptance.png)"
 
 clean:
 	rm -rf $(VENV) $(BUILD)

@@ -124,7 +124,7 @@ def test_training_only_keys_are_info(draft):
     import numpy as np
 
     report = check(draft("midlayer", extra={"verifier_norm.weight": np.ones(64, dtype=np.float16)}), "sglang==0.5.10")
-    assert codes(report) == set() and codes(report, "info") == {"dropped-keys"}
+    assert codes(report) == set() and "dropped-keys" in codes(report, "info")
 
 
 def test_config_missing_or_wrong_architecture(draft):

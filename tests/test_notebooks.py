@@ -46,3 +46,24 @@ def test_inspection_steps_on_the_story_draft(tmp_path):
     executed = nbformat.read(tmp_path / "03-load-coverage.ipynb", as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs), "the coverage chart is shown inline"
+
+
+def test_investigate_the_demo_end_to_end(tmp_path):
+    """What `make demo` runs: all five notebooks on the demo data, reference backend."""
+    from draftdoctor.investigate import investigate
+
+    out = tmp_path / "demo"
+    [result] = investigate(ROOT / "data" / "demo" / "investigate.yaml", out, cell_timeout=300)
+    assert result.error is None, result.error
+    report = json.loads((out / "report.json").read_text())
+    assert report["coverage_before"]["params_uninitialized"] == 7
+    assert report["coverage_after"]["params_uninitialized"] == 0 and report["coverage_after"]["keys_dropped"] == 0
+    assert report["before"]["accept_length"] <= 1.05 and report["after"]["accept_length"] >= 2.0
+    assert report["before"]["backend"] == "reference" and report["fix"]["ok"]
+    md = (out / "report.md").read_text()
+    assert "Accept length 1.00 before the fix" in md and "acceptance.png" in md
+    for name in ("acceptance.png", "per_position.png", "throughput.png", "coverage.png"):
+        assert (out / name).stat().st_size > 1000
+    executed = nbformat.read(out / "05-relaunch-and-chart.ipynb", as_version=4)
+    pngs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) >= 3, "charts are shown inline, not only saved"

@@ -12,6 +12,11 @@ import sys
 
 from .checkpoint import CheckpointError, open_checkpoint
 from .engines import EngineSpecError
+from .investigate import ParamsError
+from .serving.bench import BenchInputError
+from .serving.client import ClientError
+from .realcheck import RealCheckError
+from .serving.launcher import ServerError
 from .fix import FixError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
@@ -69,7 +74,7 @@ def cmd_inspect(args, out) -> int:
 def cmd_check(args, out) -> int:
     from .coverage import check
 
-    report = check(args.path, args.engine)
+    report = check(args.path, args.engine, loader=args.loader, target=args.target)
     status = EXIT_FINDINGS if report.errors else EXIT_OK
     if args.format == "json":
         json.dump(report.to_dict(), out, indent=1)
@@ -172,6 +177,127 @@ class _UsageError(Exception):
     pass
 
 
+def _serve_config(args):
+    from .serving.launcher import ServeConfig, free_port
+
+    extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+    return ServeConfig(target=args.target, draft=args.draft, algorithm=args.speculative_algorithm,
+                       num_steps=args.num_steps, topk=args.topk,
+                       num_draft_tokens=args.num_draft_tokens or args.num_steps + 1,
+                       host=args.host, port=args.port or free_port(args.host), tp_size=args.tp_size,
+                       dp_size=args.dp_size, nnodes=args.nnodes, node_rank=args.node_rank,
+                       dist_init_addr=args.dist_init_addr, disable_cuda_graph=args.disable_cuda_graph,
+                       extra_args=extra)
+
+
+def _release(args) -> str | None:
+    """The SGLang release whose flags and log formats apply: --engine, else the installed one."""
+    from .engines import resolve_engine
+    from .serving.bench import installed_sglang_release
+
+    if args.engine:
+        return resolve_engine(args.engine)[1]
+    return installed_sglang_release() if args.backend == "sglang" else "0.5.10"
+
+
+def cmd_serve(args, out) -> int:
+    import time
+
+    from .serving.launcher import serve
+
+    config = _serve_config(args)
+    release = _release(args)
+    engine = f"sglang=={release}" if args.backend == "reference" else None
+    label = "reference backend (CPU; not SGLang itself)" if args.backend == "reference" else f"SGLang {release}"
+    sys.stderr.write(f"starting {label}; log: {args.log}\n")
+    server = serve(args.backend, config, args.log, release=release, engine=engine, loader=args.loader,
+                   ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    try:
+        out.write(f"{label} ready at {server.base_url} (Ctrl-C stops it)\n")
+        out.flush()
+        while server.process.poll() is None:
+            time.sleep(0.5)
+        sys.stderr.write(f"draftdoctor: the server exited (status {server.process.returncode}); see {args.log}\n")
+        return EXIT_FINDINGS
+    finally:
+        server.stop()
+
+
+def _draft_pairs(values) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise _UsageError(f"--draft expects NAME=PATH, got {value!r}")
+        pairs.append((name, path))
+    if len({n for n, _ in pairs}) != len(pairs):
+        raise _UsageError("--draft names must differ")
+    return pairs
+
+
+def cmd_bench(args, out) -> int:
+    from .serving.bench import bench_drafts, load_prompts
+
+    from pathlib import Path
+
+    drafts = _draft_pairs(args.draft)
+    for path in [args.target] + [p for _, p in drafts]:
+        if not Path(path).exists() and args.backend == "reference":
+            raise _UsageError(f"{path}: no such file or folder")
+    release = _release(args)
+    prompts = load_prompts(args.prompts, limit=args.num_prompts)
+    label = "reference backend (CPU)" if args.backend == "reference" else f"SGLang {release}"
+
+    def progress(message):
+        sys.stderr.write(f"[{label}] {message}\n")
+
+    runs = bench_drafts(args.backend, args.target, drafts, args.out, prompts, release=release,
+                        engine=f"sglang=={release}" if args.backend == "reference" else None, loader=args.loader,
+                        num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
+                        extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
+                        ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    _table([{"draft": r.result.name, "accept length": f"{r.result.accept_length:.2f}",
+             "strict accept rate": f"{r.result.accept_rate:.2f}", "tokens/s": f"{r.result.tokens_per_s:.1f}",
+             "requests": len(r.result.requests)} for r in runs],
+           ["draft", "accept length", "strict accept rate", "tokens/s", "requests"], out)
+    out.write(f"\n{label}; results: {args.out}/results.json, charts: acceptance.png, per_position.png, throughput.png\n")
+    return EXIT_OK
+
+
+def cmd_investigate(args, out) -> int:
+    from .investigate import investigate
+
+    results = investigate(args.params, args.out, cell_timeout=args.cell_timeout,
+                          progress=lambda m: sys.stderr.write(f"[investigate] {m}\n"))
+    for r in results:
+        if r.error:
+            out.write(f"{r.name}: FAILED: {r.error}\n")
+            continue
+        rep = r.report
+        before, after = rep.get("before") or {}, rep.get("after") or {}
+        out.write(f"{r.name}: {(rep.get('coverage_before') or {}).get('verdict')}\n")
+        if before and after:
+            out.write(f"  accept length {before['accept_length']:.2f} before, {after['accept_length']:.2f} after "
+                      f"the fix ({before.get('backend')} backend); report: {r.out_dir}/report.md\n")
+    return EXIT_FINDINGS if any(r.error for r in results) else EXIT_OK
+
+
+def _add_serving_arguments(p) -> None:
+    p.add_argument("--backend", choices=["reference", "sglang"], default="reference",
+                   help="reference: CPU EAGLE-3 server emulating an SGLang release; sglang: the real "
+                        "sglang.launch_server (GPU host)")
+    p.add_argument("--engine", help="SGLang release (sglang==X.Y.Z): to emulate (reference), or whose flags to "
+                                    "use (sglang; default: the installed release)")
+    p.add_argument("--loader", choices=["replay", "real"], default="replay",
+                   help="reference backend: how the emulated release's loader is reproduced")
+    p.add_argument("--num-steps", type=int, default=4, help="--speculative-num-steps")
+    p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for readiness")
+    p.add_argument("--hang-timeout", type=float, default=300.0,
+                   help="seconds without log output during start-up that count as a hang")
+    p.add_argument("extra", nargs=argparse.REMAINDER,
+                   help="after --: SGLang flags passed through unchanged (e.g. -- --tp-size 8 --enable-metrics)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="draftdoctor", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -182,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="what an engine's loader would write, skip, or leave at init")
     p.add_argument("path")
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
+    p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it")
+    p.add_argument("--loader", choices=["replay", "real"], default="replay",
+                   help="replay the engine profile (instant), or run the release's own loader on CPU "
+                        "(SGLang 0.5.10, 0.5.11, 0.5.23; needs `make sglang-loaders`)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(run=cmd_check)
     p = sub.add_parser("fix", help="rewrite a draft so an engine loads every tensor, verified; SRC is never modified")
@@ -194,6 +324,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write even if the engine cannot express a config option (reported)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(run=cmd_fix)
+    p = sub.add_parser("serve", help="start a speculative-decoding server and wait until it is ready")
+    p.add_argument("--model-path", dest="target", required=True, help="the target model")
+    p.add_argument("--speculative-draft-model-path", dest="draft", required=True, help="the draft")
+    p.add_argument("--speculative-algorithm", default="EAGLE3")
+    p.add_argument("--speculative-eagle-topk", dest="topk", type=int, default=1)
+    p.add_argument("--speculative-num-draft-tokens", dest="num_draft_tokens", type=int, default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default: a free port")
+    for flag in ("--tp-size", "--dp-size", "--nnodes", "--node-rank"):
+        p.add_argument(flag, type=int, default=None, help="passed to SGLang")
+    p.add_argument("--dist-init-addr", default=None, help="passed to SGLang")
+    p.add_argument("--disable-cuda-graph", action="store_true", help="spelled for the SGLang release in use")
+    p.add_argument("--log", default="build/serve.log", help="the server's log file")
+    _add_serving_arguments(p)
+    p.set_defaults(run=cmd_serve)
+    p = sub.add_parser("bench", help="serve each draft in turn, measure acceptance, write results.json and charts")
+    p.add_argument("--target", required=True, help="the target model")
+    p.add_argument("--draft", action="append", required=True, metavar="NAME=PATH", help="a draft to measure (repeat)")
+    p.add_argument("--out", required=True, help="folder for results.json, charts and server logs")
+    p.add_argument("--prompts", default="data/demo/prompts.jsonl", help=".jsonl ({\"prompt\": ...}) or text lines")
+    p.add_argument("--num-prompts", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--concurrency", type=int, default=1)
+    _add_serving_arguments(p)
+    p.set_defaults(run=cmd_bench)
+    p = sub.add_parser("investigate", help="run the five notebooks with papermill and write report.md/report.json")
+    p.add_argument("--params", required=True, help="YAML: checkpoint (or checkpoints: [...]), engine, release, ...")
+    p.add_argument("--out", required=True, help="run folder, e.g. runs/NAME")
+    p.add_argument("--cell-timeout", type=float, default=900.0)
+    p.set_defaults(run=cmd_investigate)
     return parser
 
 
@@ -201,11 +361,12 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args, sys.stdout)
-    except (CheckpointError, EngineSpecError, FixError, _UsageError) as e:
+    except (CheckpointError, EngineSpecError, FixError, _UsageError, ServerError, BenchInputError, ClientError,
+            ParamsError, RealCheckError) as e:
         sys.stderr.write(f"draftdoctor: error: {e}\n")
         return EXIT_UNUSABLE
     except KeyboardInterrupt:
-        sys.stderr.write("draftdoctor: interrupted; nothing written\n")
+        sys.stderr.write("draftdoctor: interrupted (anything half-written was removed)\n")
         return 130
     except BrokenPipeError:
         return EXIT_OK

@@ -163,10 +163,10 @@ def rewrite_config(config: dict, profile) -> ConfigRewrite:
         return _to_flat(config, profile)
     if fmt == FLAT:
         return _to_speculators(config, profile)
-    return ConfigRewrite(json.loads(json.dumps(config)), SPECULATORS, [], _lossy(_options(config), profile), [])
+    return ConfigRewrite(json.loads(json.dumps(config)), SPECULATORS, [], _lossy(draft_options(config), profile), [])
 
 
-def _options(config: dict) -> dict:
+def draft_options(config: dict) -> dict:
     """The draft options a config sets, read the way the engines read them."""
     eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     found = {k: config[k] for k in DRAFT_OPTIONS if k in config}
@@ -177,11 +177,16 @@ def _options(config: dict) -> dict:
     return found
 
 
+def unsupported_options(options: dict, profile) -> list[str]:
+    """The options set true that `profile`'s engine does not implement."""
+    return [name for name, value in options.items() if value and not getattr(profile, DRAFT_OPTIONS[name])]
+
+
 def _lossy(options: dict, profile) -> list[str]:
     return [
         f"{name}: true has no equivalent in {profile.engine} {profile.first}–{profile.last}; "
         "the draft would compute differently there than it was trained"
-        for name, value in options.items() if value and not getattr(profile, DRAFT_OPTIONS[name])
+        for name in unsupported_options(options, profile)
     ]
 
 
@@ -198,7 +203,7 @@ def _legacy_rope(layer: dict) -> dict:
 
 def _to_flat(config: dict, profile) -> ConfigRewrite:
     config = json.loads(json.dumps(config))  # never alias the caller's dict
-    source, options, changes = config_format(config), _options(config), []
+    source, options, changes = config_format(config), draft_options(config), []
     if source == SPECULATORS:
         layer = dict(config.get("transformer_layer_config") or {})
         body = {k: v for k, v in layer.items() if k not in ("architectures", "model_type")}
@@ -269,7 +274,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
     flat = json.loads(json.dumps(config))
     record = flat.pop(RECORD_KEY, None) or {}
     fields, changes, defaulted = dict(record.get("fields") or {}), [], []
-    options = {**{k: v for k, v in fields.items() if k in DRAFT_OPTIONS}, **_options(flat)}
+    options = {**{k: v for k, v in fields.items() if k in DRAFT_OPTIONS}, **draft_options(flat)}
     eagle = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
     changes.append(ConfigChange("(format)", FLAT, SPECULATORS, f"{profile.engine} reads speculators' nested config, "
                                 "which states the aux-id convention and every option explicitly"))

@@ -64,6 +64,58 @@ CODES = {
         "two checkpoint tensors would get the same name, or load into the same parameter; one would overwrite the other",
         "remove the duplicate tensor from the source checkpoint",
     ),
+    # --- beyond names (draftdoctor.checks) ---
+    "aux-layer-ids": Code(
+        ERROR,
+        "aux hidden-state layer ids where the engine does not read them, in the other engine's convention "
+        "(SGLang captures id + 1), or outside the target's layers: the draft sees other layers than it was trained on",
+        "`draftdoctor fix` moves and converts them for the engine",
+    ),
+    "norm-before-residual": Code(
+        ERROR,
+        "trained with norm_before_residual: true (speculators' default), which the engine cannot compute",
+        "serve with an engine that implements it (vLLM), or retrain with norm_before_residual: false",
+    ),
+    "qk-norm-unsupported": Code(
+        ERROR, "q/k norms (qwen3-style drafts) that the engine's Llama EAGLE-3 draft does not apply",
+        "serve with an engine release whose draft class has q/k norms",
+    ),
+    "fc-norm-unsupported": Code(
+        ERROR, "per-aux-layer norms before fc (fc_norm) that this engine release does not apply",
+        "serve with SGLang >= 0.5.12 or vLLM",
+    ),
+    "input-norm-unsupported": Code(
+        ERROR, "a norm over the concatenated aux states (norm_before_fc) that this engine release does not apply",
+        "serve with SGLang >= 0.5.12 or vLLM",
+    ),
+    "vocab-map-missing": Code(
+        ERROR, "a reduced draft vocabulary without d2t: draft ids are read as target ids",
+        "re-export the draft with its d2t/t2d tensors",
+    ),
+    "vocab-map-invalid": Code(
+        ERROR, "d2t/t2d that do not form a valid draft-to-target map (length, range, order, agreement)",
+        "rebuild the vocabulary map from the training data",
+    ),
+    "lm-head-missing": Code(
+        ERROR, "draft_vocab_size declared but no lm_head: the engine's head stays at initial values",
+        "export lm_head.weight, or set draft_vocab_size to null to take the target's head",
+    ),
+    "embed-missing": Code(
+        INFO, "no embedding in the checkpoint; fine where the engine uses the target's",
+        "nothing, unless the draft's hidden size differs from the target's",
+    ),
+    "target-mismatch": Code(
+        ERROR, "a draft whose shapes or limits do not fit the target it is served with",
+        "check that the draft was trained for this target",
+    ),
+    "algorithm-mismatch": Code(
+        ERROR, "an EAGLE-3 draft launched with --speculative-algorithm EAGLE: fc is skipped, accept length is 1.00",
+        "launch with --speculative-algorithm EAGLE3",
+    ),
+    "nan-weights": Code(
+        ERROR, "tensors whose sampled values are all NaN (or all zero): the weights were never filled",
+        "load the verifier's weights before saving (speculators: load_verifier_weights), then save again",
+    ),
 }
 
 
@@ -136,8 +188,10 @@ def verdict(report) -> str:
         return line + ("; and the config is unreadable" if config else "")
     if config:
         return f"every parameter is written, but the server will not start: {config[0].message}"
-    if [f for f in report.findings if f.severity == ERROR]:
-        return "loads, with errors: " + "; ".join(f.code for f in report.findings if f.severity == ERROR)
+    errors = [f for f in report.findings if f.severity == ERROR]
+    if errors:
+        more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+        return f"every parameter is written, but {errors[0].code}: {errors[0].message}{more}"
     shared = sum(p.status == "from-target" for p in report.params)
     return (
         f"loads cleanly: {len(report.params) - shared} of {len(report.params)} parameters written"

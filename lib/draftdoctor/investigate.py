@@ -115,6 +115,7 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
     """Run the notebooks for one checkpoint into `out_dir` and write report.json / report.md."""
     from .report_md import write_report
 
+    out_dir = Path(out_dir).resolve()  # notebooks run in notebooks/: relative paths would land there
     out_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(params["name"], out_dir)
     start = time.perf_counter()

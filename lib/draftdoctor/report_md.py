@@ -36,7 +36,7 @@ def _bench_run(bench: dict | None, name: str) -> dict | None:
 
 
 def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
-    keys, coverage, fix, bench = (_load(out_dir, n) for n in ("keys", "coverage", "fix", "bench"))
+    keys, coverage, fix, bench = (_load(out_dir, n) for n in ("keys", "coverage", "fix", "results"))
     return {
         "name": params.get("name"),
         "checkpoint": params.get("checkpoint"),
@@ -45,6 +45,7 @@ def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
         "coverage_before": _coverage_numbers(coverage),
         "coverage_after": _coverage_numbers((fix or {}).get("coverage_after")),
         "fix": {k: v for k, v in (fix or {}).items() if k != "coverage_after"} or None,
+        "coverage_figure": "coverage.png" if (out_dir / "coverage.png").exists() else None,
         "before": _bench_run(bench, "before"),
         "after": _bench_run(bench, "after"),
         "error": error,
@@ -78,12 +79,15 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
                   f"Accept length {_fmt(before['accept_length'])} before the fix, {_fmt(after['accept_length'])} after "
                   f"(strict accept rate {_fmt(before['accept_rate'])} → {_fmt(after['accept_rate'])}; measured on the "
                   f"{before.get('backend') or 'reference'} backend).", ""]
-    lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"]) + \
-        _md_coverage("After the fix", data["coverage_after"])
+    lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"])
+    if data["coverage_figure"]:
+        lines += [f"![load coverage before the fix]({data['coverage_figure']})", ""]
+    lines += _md_coverage("After the fix", data["coverage_after"])
     fix = data["fix"]
     if fix:
-        lines += ["## Fix", "", f"Wrote `{fix.get('dst')}`: {fix.get('renamed', 0)} tensors renamed, "
-                  f"{fix.get('bytes_copied', 0):,} bytes copied in {_fmt(fix.get('seconds'), 2)} s, verified.", ""]
+        verified = "verified" if fix.get("ok") else "NOT verified: " + "; ".join(fix["verification"]["problems"])
+        lines += ["## Fix", "", f"Wrote `{fix.get('dst')}`: {fix.get('tensors_renamed', 0)} tensors renamed, "
+                  f"{fix.get('bytes_copied', 0):,} bytes copied in {_fmt(fix.get('seconds'), 2)} s, {verified}.", ""]
         for change in fix.get("config_changes", []):
             lines.append(f"- config `{change['field']}`: {change['reason']}")
         lines.append("")

@@ -76,10 +76,9 @@ def draft_tensors(shape: DraftShape, layout: str = "speculators", embed: bool | 
     return tensors
 
 
-def flat_config(shape: DraftShape) -> dict:
-    """The flat Llama config SGLang and the EAGLE repo read."""
+def _layer_fields(shape: DraftShape) -> dict:
+    """The decoder-layer hyper-parameters both config formats carry."""
     return {
-        "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
         "hidden_size": shape.hidden,
         "intermediate_size": shape.intermediate,
@@ -88,13 +87,21 @@ def flat_config(shape: DraftShape) -> dict:
         "head_dim": shape.head_dim,
         "num_hidden_layers": shape.num_layers,
         "vocab_size": shape.vocab,
-        "draft_vocab_size": shape.draft_vocab,
-        "target_hidden_size": shape.target_hidden,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
         "max_position_embeddings": 2048,
-        "rope_theta": 10000.0,
         "tie_word_embeddings": False,
+    }
+
+
+def flat_config(shape: DraftShape) -> dict:
+    """The flat Llama config SGLang and the EAGLE repo read."""
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        **_layer_fields(shape),
+        "draft_vocab_size": shape.draft_vocab,
+        "target_hidden_size": shape.target_hidden,
+        "rope_theta": 10000.0,
         "torch_dtype": "float16",
         "eagle_config": {
             # SGLang's convention: it captures id + 1 (field notes §3)
@@ -124,19 +131,8 @@ def speculators_config(shape: DraftShape) -> dict:
             "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]},
         },
         "transformer_layer_config": {
-            "model_type": "llama",
-            "hidden_size": shape.hidden,
-            "intermediate_size": shape.intermediate,
-            "num_attention_heads": shape.heads,
-            "num_key_value_heads": shape.kv_heads,
-            "head_dim": shape.head_dim,
-            "num_hidden_layers": shape.num_layers,
-            "vocab_size": shape.vocab,
-            "hidden_act": "silu",
-            "rms_norm_eps": 1e-5,
-            "max_position_embeddings": 2048,
+            **_layer_fields(shape),
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-            "tie_word_embeddings": False,
         },
     }
 

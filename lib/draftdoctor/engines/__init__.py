@@ -71,6 +71,14 @@ class Profile:
     # speculators' draft options the engine implements beyond fc_norm / norm_before_fc (above)
     supports_norm_output: bool = False
     supports_norm_before_residual: bool = False
+    supports_qk_norm: bool = False  # q_norm/k_norm in the draft's attention (qwen3-style drafts)
+    # aux hidden-state layer ids: where the engine reads them (in order) and what it captures:
+    # the input of target layer id + offset (SGLang adds 1; vLLM and speculators use ids as-is)
+    aux_ids_from: tuple[str, ...] = ("eagle_config",)
+    aux_capture_offset: int = 1
+    # (parameter suffix, dim): weights the loader pads with zeros or cuts to fit along that dim
+    # instead of failing (SGLang's row- and merged-column-parallel loaders, `pad_or_narrow_weight`)
+    resized_silently: tuple[tuple[str, int], ...] = ()
 
     @property
     def spec(self) -> str:

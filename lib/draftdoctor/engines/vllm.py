@@ -23,6 +23,7 @@ PROFILES = [
         vocab_map_param="draft_id_to_target_id",
         embed_from_target=True,
         config_formats=("flat", "speculators"),
+        aux_ids_from=("top-level", "eagle_config"), aux_capture_offset=0,
         supports_norm_output=True, supports_norm_before_residual=True,
     ),
 ]

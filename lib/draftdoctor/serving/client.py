@@ -2,9 +2,14 @@
 
 Works against real SGLang and the reference backend alike (same endpoints, same fields). Per request
 it records completion tokens, verify steps (`meta_info.spec_verify_ct`), latency and, where the
-server reports it, the acceptance histogram. Accept length L = tokens / verify steps (bonus token
-included, minimum 1.00); the strict accept rate = (L − 1) / (k − 1) for k draft tokens per step
-(field notes §5); per-position acceptance is P(at least i drafts accepted in a step).
+server reports them, accepted-draft counts and the acceptance histogram.
+
+Accept length L is tokens per verify step, bonus token included (minimum 1.00). With accepted-draft
+counts (SGLang >= 0.5.5) it is 1 + accepted / verify steps, the formula of SGLang's log line and
+`/server_info`; without them, completion tokens / verify steps, the formula of `meta_info`, which also
+counts the prefill token (so a dead draft reads 1 + 1/steps). The strict accept rate is accepted /
+proposed drafts, or (L − 1) / (k − 1) for k draft tokens per step (field notes §5). Per-position
+acceptance is the share of verify steps accepting at least i drafts.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+
+
+# meta_info's accepted-draft count, by SGLang release: 0.5.5-0.5.10, 0.5.11, 0.5.23
+ACCEPTED_FIELDS = ("spec_accept_token_num", "spec_accepted_drafts", "spec_num_correct_drafts")
 
 
 class ClientError(RuntimeError):
@@ -28,6 +37,7 @@ class RequestResult:
     verify_ct: int | None
     latency_s: float
     accept_histogram: list[int] | None = None
+    accepted_drafts: int | None = None  # meta_info's accepted-draft count, under its release's name
     text: str = ""
 
 
@@ -52,9 +62,17 @@ class BenchResult:
         return sum(r.verify_ct for r in self.requests)
 
     @property
+    def accepted_drafts(self) -> int | None:
+        if any(r.accepted_drafts is None for r in self.requests):
+            return None
+        return sum(r.accepted_drafts for r in self.requests)
+
+    @property
     def accept_length(self) -> float | None:
-        steps = self.verify_steps
-        return self.completion_tokens / steps if steps else None
+        steps, accepted = self.verify_steps, self.accepted_drafts
+        if not steps:
+            return None
+        return 1 + accepted / steps if accepted is not None else self.completion_tokens / steps
 
     @property
     def accept_rate(self) -> float | None:
@@ -83,6 +101,7 @@ class BenchResult:
         return {"name": self.name, "accept_length": self.accept_length, "accept_rate": self.accept_rate,
                 "tokens_per_s": self.tokens_per_s, "requests": len(self.requests),
                 "completion_tokens": self.completion_tokens, "verify_steps": self.verify_steps,
+                "accepted_drafts": self.accepted_drafts,
                 "per_position": self.per_position, "num_draft_tokens": self.num_draft_tokens,
                 "wall_s": self.wall_s}
 
@@ -114,9 +133,11 @@ def generate(base_url: str, prompt: str, max_new_tokens: int = 64, timeout: floa
     meta = answer.get("meta_info") or {}
     if "completion_tokens" not in meta:
         raise ClientError(f"{base_url}/generate: no meta_info.completion_tokens in the answer")
+    accepted = next((meta[name] for name in ACCEPTED_FIELDS if name in meta), None)
     return RequestResult(prompt=prompt, completion_tokens=int(meta["completion_tokens"]),
                          verify_ct=meta.get("spec_verify_ct"), latency_s=time.perf_counter() - start,
-                         accept_histogram=meta.get("spec_accept_histogram"), text=answer.get("text", ""))
+                         accept_histogram=meta.get("spec_accept_histogram"), accepted_drafts=accepted,
+                         text=answer.get("text", ""))
 
 
 def server_info(base_url: str, timeout: float = 10.0) -> dict:

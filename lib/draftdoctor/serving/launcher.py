@@ -57,6 +57,10 @@ class PortBusy(ServerError):
     pass
 
 
+class LaunchRefused(ServerError):
+    """A launch configuration that cannot work, refused before anything starts."""
+
+
 @dataclass
 class ServeConfig:
     """What to serve and how; the fields map one to one onto SGLang's launch flags."""
@@ -146,12 +150,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def tail(path: Path, lines: int = 20) -> list[str]:
+def tail(path: Path, lines: int = 20, offset: int = 0) -> list[str]:
+    """The last `lines` lines of `path` written after byte `offset`."""
     try:
-        with open(path, errors="replace") as f:
-            return [line.rstrip("\n") for line in deque(f, maxlen=lines)]
+        with open(path, "rb") as f:
+            f.seek(max(offset, os.fstat(f.fileno()).st_size - (1 << 16)))
+            text = f.read().decode(errors="replace")
     except FileNotFoundError:
         return []
+    return list(deque(text.splitlines(), maxlen=lines))
 
 
 class Server:
@@ -163,6 +170,7 @@ class Server:
         self.host, self.port, self.env = host, port, env
         self.ready_timeout, self.hang_timeout, self.poll = ready_timeout, hang_timeout, poll
         self.process: subprocess.Popen | None = None
+        self.log_offset = 0  # the log is appended to: this start's output begins here
 
     @property
     def base_url(self) -> str:
@@ -173,6 +181,7 @@ class Server:
             raise PortBusy(f"port {self.port} on {self.host} is already in use; pick another with --port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        self.log_offset = log.tell()
         try:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=self.env)
@@ -188,8 +197,8 @@ class Server:
             code = self.process.poll()
             if code is not None:
                 raise ServerCrashed(f"server exited with status {code} before it was ready "
-                                    f"(log: {self.log_path})", tail(self.log_path))
-            if self._healthy() or READY_LINE in "\n".join(tail(self.log_path, 50)):
+                                    f"(log: {self.log_path})", tail(self.log_path, offset=self.log_offset))
+            if self._healthy() or READY_LINE in "\n".join(tail(self.log_path, 50, self.log_offset)):
                 return time.monotonic() - start
             now = time.monotonic()
             current = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -199,10 +208,10 @@ class Server:
                 self.stop()
                 raise ServerHung(f"no log output for {self.hang_timeout:.0f} s during start-up: the server hangs "
                                  f"(for SGLang often in CUDA-graph capture; retry with CUDA graphs disabled)",
-                                 tail(self.log_path))
+                                 tail(self.log_path, offset=self.log_offset))
             if now - start > self.ready_timeout:
                 self.stop()
-                raise ServerError(f"not ready after {self.ready_timeout:.0f} s", tail(self.log_path))
+                raise ServerError(f"not ready after {self.ready_timeout:.0f} s", tail(self.log_path, offset=self.log_offset))
             time.sleep(self.poll)
 
     def _healthy(self) -> bool:
@@ -275,8 +284,14 @@ def serve(backend: str, config: ServeConfig, log_path, release: str | None = Non
           loader: str | None = None, retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
     """Start and wait for a server; on a start-up hang of real SGLang, retry once with CUDA graphs off.
 
-    Returns a ready Server; the caller stops it (or uses it as a context manager).
+    Returns a ready Server; the caller stops it (or uses it as a context manager). A configuration
+    with an error finding (e.g. algorithm-mismatch) is refused before anything starts.
     """
+    from ..checks import launch_checks
+
+    refused = [f for f in launch_checks(config.algorithm, config.draft) if f.severity == "error"]
+    if refused:
+        raise LaunchRefused("; ".join(f"{f.code}: {f.message}" for f in refused))
     try:
         return _ready_server(backend, config, log_path, release, engine, loader, **server_kwargs)
     except ServerHung:

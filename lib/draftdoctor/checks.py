@@ -1,0 +1,255 @@
+"""Checks beyond names: the other ways a draft loads and then silently misbehaves.
+
+Field notes §2–§5 list them: aux-layer ids the engine does not read or reads in another convention,
+training options the engine cannot compute, a vocabulary map that is missing or wrong, a missing
+head, a draft that does not fit its target, NaN weights. Each gives the same symptom as a naming
+mismatch (low or zero acceptance, no error), so each is a finding with a stable code.
+
+Only headers are read, except the two small vocabulary-map tensors and a few sampled bytes of each
+weight (never whole files).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import findings as F
+from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
+from .configs import FLAT, SPECULATORS, DraftDims, config_format, draft_options, layer_config, unsupported_options
+from .engines import Profile
+
+OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
+                "fc_norm": "fc-norm-unsupported"}
+SAMPLE_BYTES = 4096  # per window; three windows (start, middle, end) per tensor
+FLOAT_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "F64": np.float64}
+
+
+def read_target_config(path) -> dict:
+    """The target's config.json, from its folder or the file itself."""
+    path = Path(path)
+    config = read_config(path) if path.is_dir() else read_config(path.parent) if path.name == "config.json" else None
+    if config is None:
+        raise CheckpointError(path, "no config.json for the target (give the target's folder or its config.json)")
+    return config
+
+
+def draft_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims, target: dict | None = None) -> list[F.Finding]:
+    """Every check of this module for `checkpoint` served by `profile`'s engine (and `target`)."""
+    config = checkpoint.config or {}
+    found = []
+    fmt = config_format(config)
+    if fmt in profile.config_formats:  # an unreadable config is already a finding; its ids are moot
+        found += aux_layer_checks(config, profile, target)
+    if fmt in (FLAT, SPECULATORS):
+        found += option_checks(checkpoint, profile)
+    found += vocab_checks(checkpoint, profile, dims)
+    if target is not None:
+        found += target_checks(checkpoint, dims, target)
+    found += weight_sample_checks(checkpoint)
+    return found
+
+
+def _ids_at(config: dict, where: str):
+    holder = config.get("eagle_config") if where == "eagle_config" else config
+    ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
+    return list(ids) if ids else None
+
+
+def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> list[F.Finding]:
+    """Aux ids where the engine does not look, in the other convention, or outside the target."""
+    name = f"{profile.engine} {profile.first}–{profile.last}"
+    present = {where: _ids_at(config, where) for where in ("eagle_config", "top-level") if _ids_at(config, where)}
+    read = next(((where, present[where]) for where in profile.aux_ids_from if where in present), None)
+    n_layers = (target or {}).get("num_hidden_layers")
+    out = []
+    if present and read is None:
+        where, ids = next(iter(present.items()))
+        default = f" (for this {n_layers}-layer target: {[2, n_layers // 2, n_layers - 3]})" if n_layers else ""
+        out.append(F.finding("aux-layer-ids", (
+            f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at {where} are "
+            f"ignored and it captures its default layers{default}: the draft sees other layers than it was trained "
+            f"on. `draftdoctor fix` moves them")))
+    if read is None:
+        return out
+    where, ids = read
+    if where == "eagle_config" and profile.aux_capture_offset == 0:
+        out.append(F.finding("aux-layer-ids", (
+            f"eagle_config ids {ids} are in SGLang's convention (it captures id + 1); {name} uses them as-is, so the "
+            f"draft reads each layer one below the one it was trained on. `draftdoctor fix --engine {profile.engine}` "
+            "converts them"), severity=F.WARNING))
+    if n_layers:
+        captured = [i + profile.aux_capture_offset for i in ids]
+        outside = [i for i, c in zip(ids, captured) if not 1 <= c <= n_layers - 1]
+        if outside:
+            out.append(F.finding("aux-layer-ids", (
+                f"aux layer ids {outside} ({where}) are outside the target's {n_layers} layers: {name} captures the "
+                f"input of layer id + {profile.aux_capture_offset}, which must lie in 1..{n_layers - 1}")))
+    return out
+
+
+def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
+    """Training options and extra norms the engine cannot compute."""
+    name = f"{profile.engine} {profile.first}–{profile.last}"
+    config = checkpoint.config or {}
+    options = draft_options(config)
+    keys = checkpoint.tensors
+    if any(".fc_norm." in f".{k}" or "aux_norm_" in k for k in keys):
+        options.setdefault("fc_norm", True)
+    if any(k.removeprefix("model.").startswith("input_norm.") for k in keys):
+        options.setdefault("norm_before_fc", True)
+    out = []
+    for option in unsupported_options(options, profile):
+        code = OPTION_CODES.get(option, "lossy-config")
+        out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} does not implement: it "
+                                   "computes a different function than the one trained, and acceptance drops"))
+    qk_keys = [k for k in keys if k.endswith(("q_norm.weight", "k_norm.weight"))]
+    qwen3 = layer_config(config).get("model_type") == "qwen3"
+    if (qk_keys or qwen3) and not profile.supports_qk_norm:
+        what = f"{len(qk_keys)} q_norm/k_norm tensors" if qk_keys else "model_type qwen3 (q/k norms)"
+        out.append(F.finding("qk-norm-unsupported", f"{what}: {name}'s Llama EAGLE-3 draft has no q/k norms; "
+                                                    "they are not applied and the attention differs from training"))
+    return out
+
+
+def _read(t: TensorInfo, offset: int = 0, length: int | None = None) -> bytes:
+    length = t.nbytes - offset if length is None else length
+    fd = os.open(t.file, os.O_RDONLY)
+    try:
+        return os.pread(fd, length, t.begin + offset)
+    finally:
+        os.close(fd)
+
+
+def _find(checkpoint: Checkpoint, suffix: str) -> TensorInfo | None:
+    return next((t for name, t in checkpoint.tensors.items() if name == suffix or name.endswith("." + suffix)), None)
+
+
+def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> list[F.Finding]:
+    """The draft-to-target vocabulary map, the head, and the embedding."""
+    out = []
+    V, Vd = dims.vocab_size, dims.draft_vocab_size
+    d2t, t2d = _find(checkpoint, "d2t"), _find(checkpoint, "t2d")
+    if Vd is not None and Vd < V and d2t is None:
+        out.append(F.finding("vocab-map-missing", (
+            f"draft vocabulary {Vd} < target vocabulary {V} but there is no d2t tensor: draft token ids are taken as "
+            "target ids, so almost every drafted token is wrong")))
+    if d2t is not None:
+        out += _vocab_map_problems(d2t, t2d, V, Vd)
+    if Vd is not None and _find(checkpoint, "lm_head.weight") is None:
+        out.append(F.finding("lm-head-missing", (
+            f"config declares draft_vocab_size {Vd} but the checkpoint has no lm_head.weight: the engine builds its "
+            "own head and leaves it at initial values (the draft picks random tokens)")))
+    if _find(checkpoint, "embed_tokens.weight") is None and profile.embed_from_target:
+        shares = dims.target_hidden_size in (None, dims.hidden_size)
+        out.append(F.finding("embed-missing", (
+            "no embed_tokens.weight: " + ("the engine uses the target's embedding at serve time, as intended"
+                                          if shares else "target_hidden_size differs from hidden_size, so the engine "
+                                          "cannot use the target's embedding and this one stays at initial values")),
+            severity=F.INFO if shares else F.ERROR))
+    return out
+
+
+def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int | None) -> list[F.Finding]:
+    problems = []
+    if d2t.dtype not in ("I64", "I32") or len(d2t.shape) != 1:
+        return [F.finding("vocab-map-invalid", f"d2t is {d2t.dtype}{list(d2t.shape)}; expected a 1-D integer tensor")]
+    offsets = np.frombuffer(_read(d2t), dtype=np.int64 if d2t.dtype == "I64" else np.int32).astype(np.int64)
+    if Vd is not None and len(offsets) != Vd:
+        problems.append(f"d2t has {len(offsets)} entries but draft_vocab_size is {Vd}")
+    target_ids = offsets + np.arange(len(offsets))
+    if len(target_ids) and (target_ids.min() < 0 or target_ids.max() >= V):
+        problems.append(f"d2t maps draft ids to target ids {int(target_ids.min())}..{int(target_ids.max())}, outside 0..{V - 1}")
+    elif len(target_ids) > 1 and not np.all(np.diff(target_ids) > 0):
+        problems.append("d2t's target ids are not strictly increasing (d2t must hold target_id - draft_id)")
+    if t2d is not None and not problems:
+        mask = np.frombuffer(_read(t2d), dtype=np.uint8).astype(bool)
+        if len(mask) != V:
+            problems.append(f"t2d has {len(mask)} entries but the target vocabulary is {V}")
+        elif mask.sum() != len(target_ids) or not mask[target_ids].all():
+            problems.append("t2d does not mark exactly the target ids that d2t maps to")
+    return [F.finding("vocab-map-invalid", p + ": drafted ids turn into the wrong target tokens") for p in problems]
+
+
+def target_checks(checkpoint: Checkpoint, dims: DraftDims, target: dict) -> list[F.Finding]:
+    """A draft that does not fit the target it will serve with."""
+    layer = layer_config(target)
+    Ht, V = layer.get("hidden_size"), layer.get("vocab_size")
+    out = []
+    fc = _find(checkpoint, "fc.weight")
+    n_aux = len(dims.aux_layer_ids or ()) or 3
+    if fc is not None and Ht and len(fc.shape) == 2 and fc.shape[1] != n_aux * Ht:
+        out.append(f"fc.weight takes {fc.shape[1]} inputs but {n_aux} aux layers x target hidden size {Ht} = {n_aux * Ht}")
+    if Ht and dims.target_hidden_size and dims.target_hidden_size != Ht:
+        out.append(f"config target_hidden_size {dims.target_hidden_size} but the target's hidden_size is {Ht}")
+    if Ht and dims.target_hidden_size is None and dims.hidden_size != Ht:
+        out.append(f"draft hidden_size {dims.hidden_size} differs from the target's {Ht} and no target_hidden_size says so")
+    if V and dims.vocab_size != V:
+        out.append(f"draft vocab_size {dims.vocab_size} but the target's vocabulary is {V}")
+    draft_ctx = layer_config(checkpoint.config or {}).get("max_position_embeddings")
+    target_ctx = layer.get("max_position_embeddings")
+    if draft_ctx and target_ctx and draft_ctx < target_ctx:
+        out.append(f"draft max_position_embeddings {draft_ctx} is below the target's context length {target_ctx}")
+    return [F.finding("target-mismatch", m) for m in out]
+
+
+def _sample(t: TensorInfo) -> np.ndarray | None:
+    """Up to three windows of a float tensor's values (start, middle, end), as float32."""
+    if t.dtype not in FLOAT_DTYPES or t.nbytes == 0:
+        return None
+    item = 2 if t.dtype in ("F16", "BF16") else np.dtype(FLOAT_DTYPES[t.dtype]).itemsize
+    window = min(SAMPLE_BYTES, t.nbytes) // item * item
+    last = t.nbytes - window
+    starts = sorted({0, min(last, (t.nbytes // 2) // item * item), last})
+    raw = b"".join(_read(t, s, window) for s in starts)
+    if t.dtype == "BF16":
+        return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.frombuffer(raw, dtype=FLOAT_DTYPES[t.dtype]).astype(np.float32)
+
+
+def weight_sample_checks(checkpoint: Checkpoint) -> list[F.Finding]:
+    """Tensors whose sampled values are all NaN (or all zero, for weights that are never zero)."""
+    nan, zero = [], []
+    for name, t in checkpoint.tensors.items():
+        values = _sample(t)
+        if values is None or not len(values):
+            continue
+        if np.isnan(values).all():
+            nan.append(name)
+        elif not name.endswith(".bias") and not values.any():
+            zero.append(name)
+    out = []
+    if nan:
+        out.append(F.finding("nan-weights", (
+            f"{', '.join(nan)}: every sampled value is NaN (speculators saves NaN embeddings and heads when the "
+            "verifier's weights were never loaded before saving)")))
+    if zero:
+        out.append(F.finding("nan-weights", f"{', '.join(zero)}: every sampled value is zero", severity=F.WARNING))
+    return out
+
+
+def is_eagle3_draft(path) -> bool:
+    """An EAGLE-3 draft by its config (class or speculators type) or, failing that, its fc width."""
+    from .checkpoint import open_checkpoint
+
+    config = read_config(Path(path)) if Path(path).is_dir() else None
+    if config:
+        arch = " ".join(config.get("architectures") or [])
+        if "Eagle3" in arch or config.get("speculators_model_type") == "eagle3":
+            return True
+    try:
+        fc = _find(open_checkpoint(path), "fc.weight")
+    except CheckpointError:
+        return False
+    return fc is not None and len(fc.shape) == 2 and fc.shape[1] >= 3 * fc.shape[0]
+
+
+def launch_checks(algorithm: str, draft) -> list[F.Finding]:
+    """Problems with a launch configuration, found before anything starts."""
+    if draft is not None and algorithm.upper() == "EAGLE" and is_eagle3_draft(draft):
+        return [F.finding("algorithm-mismatch", (
+            f"{draft} is an EAGLE-3 draft but the launch uses --speculative-algorithm EAGLE: the engine skips its fc "
+            "projection and accepts no draft token (accept length 1.00, no warning). Use EAGLE3"))]
+    return []

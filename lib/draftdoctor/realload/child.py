@@ -1,0 +1,243 @@
+"""Child process: run one SGLang release's own config reader, model registry, model class and
+`load_weights` on a draft checkpoint, and print what happened as one JSON document on stdout.
+
+Run by `draftdoctor.realload.run_real_loader` as
+`PYTHONPATH=build/sglang/<release> python -m draftdoctor.realload.child --release R CHECKPOINT...`
+(several checkpoints share one process set-up; with none, it only checks the release's adapter).
+The path through SGLang is the one its scheduler takes for a draft: `ModelConfig.from_server_args(...,
+is_draft_model=True)`, then `get_model` (registry lookup by `architectures`, build under the model's
+dtype, production safetensors iterator, the class's `load_weights`). The only interventions are the
+import stubs, the adapter's CPU flags, and the recorder wrapped around `load_weights_and_postprocess`.
+Prints a JSON array with one report per checkpoint. Exit status: 0 with the reports (also when SGLang
+raised: that is a finding), 3 when the release's environment or adapter is broken (message on
+stderr), 2 on bad arguments.
+"""
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from . import SCHEMA_VERSION, stubs
+from .adapters import AdapterMismatch, get as get_adapter
+from .recorder import LoadRecorder
+
+# Checkpoints larger than this are built on the meta device: shapes, key resolution and weight-loader
+# calls still run, but no parameter memory is allocated (so no sentinel and no hashes).
+CPU_BUILD_LIMIT_BYTES = 1 << 30
+EXIT_ENVIRONMENT = 3
+
+# ServerArgs reads its `model_path` as the *target* model. The draft must only be read the way the
+# draft worker reads it, so the target is a minimal Llama config of our own.
+_TARGET_STAND_IN = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 256,
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "torch_dtype": "float16",
+}
+
+
+class _Captured(logging.Handler):
+    """Keeps warnings and errors logged while the checkpoint is read (SGLang's silence is evidence)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.stage = None
+        self.records = []
+
+    def emit(self, record):
+        self.records.append({"stage": self.stage, "level": record.levelname, "logger": record.name,
+                             "message": record.getMessage()})
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def set_up(adapter, scratch):
+    """Stubs, adapter check, server args, a world-size-1 gloo group. Returns the ServerArgs.
+    `scratch`: a folder that outlives the checks (holds the stand-in target's config)."""
+    stubs.freeze_availability_checks()
+    stubs.install()
+    adapter.verify()
+    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+    from sglang.srt.models import registry  # noqa: F401  (imports every model module now, not mid-check)
+    from sglang.srt.server_args import ServerArgs
+
+    (Path(scratch) / "config.json").write_text(json.dumps(_TARGET_STAND_IN))
+    server_args = ServerArgs(model_path=str(scratch), device="cpu")
+    adapter.publish_server_args(server_args)
+    init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                 distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+    initialize_model_parallel()
+    adapter.apply_cpu_flags()
+    return server_args
+
+
+def _fused_shards(module):
+    from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
+
+    if isinstance(module, QKVParallelLinear):
+        return ["q", "k", "v"]
+    if isinstance(module, MergedColumnParallelLinear):
+        return list(range(len(module.output_sizes)))
+    return None
+
+
+def _error(stage, exc, key=None):
+    frames = traceback.extract_tb(exc.__traceback__)
+    origin = frames[-1] if frames else None
+    return {
+        "stage": stage, "type": type(exc).__name__, "message": str(exc), "key": key,
+        "origin": f"{_short(origin.filename)}:{origin.lineno} in {origin.name}" if origin else None,
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def _short(filename):
+    """Path relative to its import root (sglang/..., transformers/...), not the machine's."""
+    for root in sorted((p for p in sys.path if p), key=len, reverse=True):
+        if filename.startswith(root.rstrip("/") + "/"):
+            return filename[len(root.rstrip("/")) + 1:]
+    return filename
+
+
+def check(server_args, checkpoint, device):
+    """Read, build and load `checkpoint` through SGLang; return the report (see the package docstring)."""
+    import torch
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader import get_model
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+
+    report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
+              "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "logs": [], "timings": {}}
+    captured = _Captured()
+    logging.getLogger().addHandler(captured)
+    state = {"stage": "config", "recorder": None, "t": time.perf_counter()}
+
+    def enter(stage):
+        now = time.perf_counter()
+        report["timings"][state["stage"]] = round(now - state["t"], 3)
+        state.update(stage=stage, t=now)
+        captured.stage = stage
+
+    original = DefaultModelLoader.load_weights_and_postprocess
+
+    def recorded_load(model, weights, target_device):
+        enter("load")
+        report["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
+        recorder = state["recorder"] = LoadRecorder(model, _fused_shards)
+        recorder.prepare()
+        load_weights = model.load_weights
+
+        def load_then_mark(weights):
+            load_weights(weights)
+            enter("postprocess")
+
+        model.load_weights = load_then_mark
+        try:
+            return original(model, recorder.track(weights), target_device)
+        finally:
+            del model.load_weights
+
+    captured.stage = "config"
+    try:
+        model_config = ModelConfig.from_server_args(server_args, model_path=str(checkpoint), is_draft_model=True)
+        hf = model_config.hf_config
+        report["config"] = {"architectures": list(getattr(hf, "architectures", None) or []),
+                            "model_type": getattr(hf, "model_type", None),
+                            "dtype": str(model_config.dtype).removeprefix("torch.")}
+        enter("build")
+        DefaultModelLoader.load_weights_and_postprocess = staticmethod(recorded_load)
+        device_config = DeviceConfig("cpu")
+        if device == "meta":
+            # DeviceConfig accepts only real devices; load_model builds under `torch.device(device_config.device)`.
+            device_config.device = torch.device("meta")
+        get_model(model_config=model_config, load_config=LoadConfig(load_format=server_args.load_format),
+                  device_config=device_config)
+        report["postprocess"] = "done"
+        enter("done")
+    except Exception as exc:  # SGLang's failure is the finding: keep its type and message
+        if state["stage"] == "postprocess" and device == "meta":
+            # Post-load processing needs real tensors; on meta only its refusal is known.
+            report["postprocess"] = f"skipped on meta: {type(exc).__name__}: {exc}"
+        else:
+            key = state["recorder"].abort() if state["stage"] == "load" else None
+            report["error"] = _error(state["stage"], exc, key)
+        enter("done")
+    finally:
+        DefaultModelLoader.load_weights_and_postprocess = original
+        logging.getLogger().removeHandler(captured)
+        if state["recorder"] is not None:
+            state["recorder"].restore()
+    if state["recorder"] is not None:
+        report.update(state["recorder"].report())
+    report["logs"] = captured.records
+    return report
+
+
+def _device_for(checkpoint, requested):
+    if requested != "auto":
+        return requested
+    size = sum(f.stat().st_size for f in Path(checkpoint).glob("*.safetensors"))
+    return "meta" if size > CPU_BUILD_LIMIT_BYTES else "cpu"
+
+
+def _versions():
+    import importlib.metadata
+
+    return {name: importlib.metadata.version(name) for name in ("sglang", "torch", "transformers")}
+
+
+def run_checks(server_args, args, setup_s):
+    """One report per checkpoint named on the command line."""
+    versions = _versions()
+    reports = []
+    for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
+        report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": args.release,
+                  "versions": versions, "checkpoint": str(checkpoint)}
+        report.update(check(server_args, checkpoint, _device_for(checkpoint, args.device)))
+        report["timings"] = {"setup": setup_s, **report["timings"]}
+        reports.append(report)
+    return reports
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.child", description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the adapter)")
+    parser.add_argument("--release", required=True)
+    parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
+    args = parser.parse_args(argv)
+
+    # SGLang and its dependencies print to stdout; keep stdout for the one JSON document.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    with tempfile.TemporaryDirectory(prefix="draftdoctor-realload-") as scratch:
+        started = time.perf_counter()
+        try:
+            server_args = set_up(get_adapter(args.release), scratch)
+        except AdapterMismatch as exc:
+            print(f"draftdoctor: {exc}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        except Exception:
+            print(f"draftdoctor: the sglang {args.release} environment failed to set up:\n{traceback.format_exc()}",
+                  file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        reports = run_checks(server_args, args, round(time.perf_counter() - started, 3))
+    json.dump(reports, out)
+    out.write("\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

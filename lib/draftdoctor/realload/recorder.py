@@ -1,0 +1,168 @@
+"""Record what an engine's own `load_weights` really did to a freshly built model (child process only).
+
+Three independent observations, so that one can check another:
+- every parameter is filled with a sentinel NaN bit pattern first; afterwards the elements that no
+  longer carry it were written (CPU builds only; a `meta` build has no data);
+- every weight loader the model's `load_weights` can reach (each parameter's `weight_loader` attribute
+  and the `default_weight_loader` fallback in the function's globals) is wrapped to log which
+  checkpoint key wrote which parameter, and which shard (q/k/v, 0/1) of a fused parameter;
+- the model's plain attributes are compared before and after each key, which shows keys turned into
+  attributes (`d2t` becomes `hot_token_id`).
+"""
+
+import hashlib
+
+import torch
+
+# NaN with a payload no checkpoint writer produces (canonical NaNs carry 0x7E00 / 0x7FC0 / 0x7FC00000).
+_SENTINELS = {
+    torch.float16: (torch.int16, 0x7E5A),
+    torch.bfloat16: (torch.int16, 0x7FA5),
+    torch.float32: (torch.int32, 0x7FC5A5A5),
+    torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
+}
+# Weight-loader names a model's load_weights falls back to when a parameter has no `weight_loader`.
+_FALLBACK_LOADERS = ("default_weight_loader",)
+
+
+def _dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
+class LoadRecorder:
+    """Instruments one model for one `load_weights` call; `report()` returns the observations."""
+
+    def __init__(self, model, fused_shards):
+        """`fused_shards(module)` returns the shard ids a fused module expects, or None."""
+        self.model = model
+        self.params = dict(model.named_parameters())
+        self.real = all(p.device.type != "meta" for p in self.params.values())
+        self.writes = {name: [] for name in self.params}
+        self.expected_shards = {}
+        for name in self.params:
+            owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+            shards = fused_shards(owner)
+            if shards is not None:
+                self.expected_shards[name] = [str(s) for s in shards]
+        self.keys = []
+        self.exhausted = False
+        self._current = None
+        self._attrs_before = None
+        self._name_of = {id(p): n for n, p in self.params.items()}
+        self._saved = []  # (module globals, {name: original loader})
+
+    # -- instrumentation -------------------------------------------------------------------------
+    def prepare(self):
+        """Fill parameters with the sentinel and wrap every weight loader."""
+        if self.real:
+            with torch.no_grad():
+                for p in self.params.values():
+                    if p.dtype in _SENTINELS:
+                        int_dtype, bits = _SENTINELS[p.dtype]
+                        p.data.view(int_dtype).fill_(bits)
+        for name, p in self.params.items():
+            loader = getattr(p, "weight_loader", None)
+            if loader is not None:
+                p.weight_loader = self._wrap(loader, fixed_name=name)
+        # Every load_weights in the class hierarchy: a subclass may hand keys to its base class's loader.
+        for cls in type(self.model).__mro__:
+            function = cls.__dict__.get("load_weights")
+            module_globals = getattr(function, "__globals__", None)
+            if module_globals is None or any(g is module_globals for g, _ in self._saved):
+                continue
+            saved = {name: module_globals[name] for name in _FALLBACK_LOADERS if name in module_globals}
+            self._saved.append((module_globals, saved))
+            for name, loader in saved.items():
+                module_globals[name] = self._wrap(loader)
+
+    def restore(self):
+        """Put the module-level fallback loaders back (the next checkpoint gets a fresh recorder)."""
+        for module_globals, saved in self._saved:
+            module_globals.update(saved)
+
+    def _wrap(self, loader, fixed_name=None):
+        def recorded(param, loaded_weight, *args, **kwargs):
+            name = fixed_name or self._name_of.get(id(param), "<not a parameter of the model>")
+            shard = args[0] if args else next(iter(kwargs.values()), None)
+            write = {"key": self._current["key"] if self._current else None,
+                     "shard": None if shard is None else str(shard), "ok": False}
+            self.writes.setdefault(name, []).append(write)
+            loader(param, loaded_weight, *args, **kwargs)
+            write["ok"] = True
+            if self._current is not None:  # only a write that succeeded consumes the key
+                self._current["targets"].append(name)
+
+        recorded.__wrapped__ = loader
+        return recorded
+
+    def track(self, weights):
+        """Wrap the production weights iterator: remember which key is being processed."""
+        for name, tensor in weights:
+            self._finish_key()
+            self._current = {"key": name, "shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype),
+                             "targets": [], "attributes": []}
+            self.keys.append(self._current)
+            self._attrs_before = self._attribute_ids()
+            yield name, tensor
+        self._finish_key()
+        self.exhausted = True
+
+    def _attribute_ids(self):
+        return {k: id(v) for k, v in vars(self.model).items() if not k.startswith("_")}
+
+    def _finish_key(self):
+        """Called when the model asks for the next key: the previous one is done."""
+        if self._current is None:
+            return
+        after = self._attribute_ids()
+        self._current["attributes"] = sorted(k for k, i in after.items() if self._attrs_before.get(k) != i)
+        self._current = None
+
+    def abort(self):
+        """The model's load_weights raised: close the key it was processing and return that key."""
+        key = self._current["key"] if self._current else None
+        self._finish_key()
+        return key
+
+    # -- results ---------------------------------------------------------------------------------
+    def report(self):
+        keys = []
+        for k in self.keys:
+            targets = sorted(set(k["targets"]))
+            consumed_as = "parameter" if targets else "attribute" if k["attributes"] else None
+            keys.append({"key": k["key"], "shape": k["shape"], "dtype": k["dtype"], "consumed": consumed_as is not None,
+                         "consumed_as": consumed_as, "parameters": targets, "attributes": k["attributes"]})
+        params = [self._param_report(n, p) for n, p in self.params.items()]
+        attributes = {}
+        for k in keys:
+            for attr in k["attributes"]:
+                value = getattr(self.model, attr, None)
+                attributes[attr] = {"from_key": k["key"], "type": type(value).__name__,
+                                    "shape": list(value.shape) if isinstance(value, torch.Tensor) else None,
+                                    "dtype": _dtype_name(value.dtype) if isinstance(value, torch.Tensor) else None}
+        return {"parameters": params, "keys": keys, "all_keys_seen": self.exhausted, "attributes": attributes}
+
+    def _param_report(self, name, p):
+        writes = self.writes[name]
+        ok = [w for w in writes if w["ok"]]
+        written = None
+        if self.real and p.dtype in _SENTINELS:
+            int_dtype, bits = _SENTINELS[p.dtype]
+            written = int(p.numel() - (p.data.view(int_dtype) == bits).sum().item())
+        expected = self.expected_shards.get(name)
+        shards_written = sorted({w["shard"] for w in ok if w["shard"] is not None}) if expected else None
+        if written is not None:
+            status = "untouched" if written == 0 else "written" if written == p.numel() else "partial"
+        elif not ok:
+            status = "untouched"
+        else:
+            status = "written" if not expected or set(expected) <= set(shards_written) else "partial"
+        return {
+            "name": name, "shape": list(p.shape), "dtype": _dtype_name(p.dtype), "numel": p.numel(),
+            "status": status, "elements_written": written, "writes": writes,
+            "shards_expected": expected, "shards_written": shards_written,
+            # A sentinel change no wrapped loader accounts for means the instrumentation missed a path.
+            "unattributed_write": bool(written) and not ok,
+            "sha256": hashlib.sha256(p.data.detach().contiguous().reshape(-1).view(torch.uint8).numpy()).hexdigest()
+            if self.real and p.dtype.is_floating_point else None,
+        }

@@ -1,0 +1,148 @@
+"""Speculative decoding on CPU the way SGLang's EAGLE worker does it (topk 1, greedy).
+
+One request at a time:
+- prefill: the target runs the prompt, capturing aux hidden states; its argmax is the first
+  output token (counted in completion_tokens, as SGLang does, but not a verify step);
+- draft extend: the draft runs over the committed positions p with (aux state at p, token p+1)
+  at position p, filling its KV cache; the last position gives the first draft token;
+- draft decode: num_steps - 1 more chain steps on the draft's own hidden state; SGLang places
+  step i at position committed_len + 1 + i; these KV entries are dropped afterwards;
+- verify: the target runs [pending token, d1..dS] (S + 1 = speculative_num_draft_tokens) and
+  accepts the longest prefix of drafts equal to its own argmax, plus one bonus token; rejected
+  KV entries are dropped; then the draft extends over the accepted positions.
+
+Aux hidden states: SGLang captures the *input* of target layers id + 1 for ids read from the draft
+config's `eagle_config.eagle_aux_hidden_state_layer_ids`, else layers [2, N//2, N-3]
+(`sglang_capture_layers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from draftdoctor.reference.draft import EagleDraft
+from draftdoctor.reference.llama import TargetModel
+
+
+def sglang_capture_layers(draft_config: dict, n_target_layers: int) -> tuple[int, ...]:
+    """Target layers whose input SGLang captures for this draft config.
+
+    Only `eagle_config.eagle_aux_hidden_state_layer_ids` is read (a top-level
+    `eagle_aux_hidden_state_layer_ids` is ignored); each id k means the output of layer k,
+    i.e. the input of layer k + 1. Without ids: inputs of layers [2, N//2, N-3].
+    """
+    ids = (draft_config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        return (2, n_target_layers // 2, n_target_layers - 3)
+    return tuple(k + 1 for k in ids)
+
+
+@dataclass
+class GenerateResult:
+    """Tokens and speculative-decoding counters of one request (SGLang's meta_info fields)."""
+
+    output_ids: list[int]
+    spec_verify_ct: int
+    accepted_per_position: list[int]  # verify steps whose draft token i was accepted
+    num_steps: int
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def accepted_drafts(self) -> int:
+        return sum(self.accepted_per_position)
+
+    @property
+    def accept_length(self) -> float:
+        """SGLang's meta_info spec_accept_length: completion_tokens / spec_verify_ct.
+
+        It counts the prefill token too, so a dead draft scores 1 + 1/spec_verify_ct."""
+        return self.completion_tokens / self.spec_verify_ct if self.spec_verify_ct else 0.0
+
+    @property
+    def step_accept_length(self) -> float:
+        """Tokens per verify step, as the "Decode batch" log line and /server_info count them:
+        (accepted drafts + one bonus per step) / steps; exactly 1.00 for a dead draft."""
+        return (self.accepted_drafts + self.spec_verify_ct) / self.spec_verify_ct \
+            if self.spec_verify_ct else 0.0
+
+    @property
+    def strict_accept_rate(self) -> float:
+        """Accepted draft tokens / proposed draft tokens (SGLang's per-request spec_accept_rate)."""
+        proposed = self.spec_verify_ct * self.num_steps
+        return self.accepted_drafts / proposed if proposed else 0.0
+
+
+def _stop(tokens: list[int], budget: int, eos: int | None) -> tuple[list[int], bool]:
+    """Cut new tokens at the remaining budget or just after EOS; say whether generation ends."""
+    kept = tokens[:budget]
+    if eos is not None and eos in kept:
+        return kept[:kept.index(eos) + 1], True
+    return kept, len(kept) == budget
+
+
+def greedy_generate(target: TargetModel, prompt_ids: list[int], max_new_tokens: int,
+                    eos_token_id: int | None = None) -> list[int]:
+    """Plain greedy decoding with the target alone, one token per forward."""
+    cache = target.new_cache()
+    logits, _ = target.forward(torch.tensor(prompt_ids), cache)
+    out: list[int] = []
+    while True:
+        new, done = _stop([int(logits[-1].argmax())], max_new_tokens - len(out), eos_token_id)
+        out += new
+        if done:
+            return out
+        logits, _ = target.forward(torch.tensor(new), cache)
+
+
+def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[int, ...],
+                         prompt_ids: list[int], max_new_tokens: int, num_steps: int,
+                         eos_token_id: int | None = None) -> GenerateResult:
+    """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify)."""
+    if num_steps < 1:
+        raise ValueError("num_steps must be at least 1")
+    n_captured = sum(1 for i in capture if 0 <= i < target.n_layers)
+    if n_captured * target.shape.hidden != draft.shape.fc_in:
+        raise ValueError(f"captured target layers {list(capture)} give {n_captured} aux states, the "
+                         f"draft's fc needs {draft.shape.fc_in // target.shape.hidden}")
+    tcache, dcache = target.new_cache(), draft.new_cache()
+    prompt = torch.tensor(prompt_ids)
+    logits, aux = target.forward(prompt, tcache, capture)
+    out, done = _stop([int(logits[-1].argmax())], max_new_tokens, eos_token_id)
+    verify_ct, accepted = 0, [0] * num_steps
+    # draft extend over the prompt: position p gets (aux at p, token p + 1)
+    ext_ids, ext_hidden, ext_start = torch.cat([prompt[1:], torch.tensor(out[-1:])]), aux, 0
+    while not done:
+        dlogits, dhidden = draft.forward(ext_ids, torch.cat(ext_hidden, dim=-1),
+                                         torch.arange(ext_start, ext_start + len(ext_ids)), dcache)
+        committed = len(tcache)
+        drafts = [draft.to_target_ids(dlogits[-1].argmax())]
+        hidden = dhidden[-1:]
+        for i in range(num_steps - 1):
+            dlogits, dhidden = draft.forward(drafts[-1].view(1), hidden,
+                                             torch.tensor([committed + 1 + i]), dcache)
+            drafts.append(draft.to_target_ids(dlogits[-1].argmax()))
+            hidden = dhidden[-1:]
+        dcache.truncate(committed)
+
+        verify = torch.stack([torch.tensor(out[-1]), *drafts])
+        logits, aux = target.forward(verify, tcache, capture)
+        pred = logits.argmax(dim=-1).tolist()
+        n_acc = 0
+        while n_acc < num_steps and int(drafts[n_acc]) == pred[n_acc]:
+            n_acc += 1
+        new, done = _stop(pred[:n_acc + 1], max_new_tokens - len(out), eos_token_id)
+        verify_ct += 1
+        for i in range(min(n_acc, len(new))):
+            accepted[i] += 1
+        out += new
+        tcache.truncate(committed + n_acc + 1)
+        # draft extend over the accepted positions: (aux at t, token t + 1)
+        ext_ids = torch.tensor(pred[:n_acc + 1])
+        ext_hidden = [a[:n_acc + 1] for a in aux]
+        ext_start = committed
+    return GenerateResult(out, verify_ct, accepted, num_steps)

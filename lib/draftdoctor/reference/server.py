@@ -1,0 +1,269 @@
+"""The reference backend's HTTP server: SGLang's endpoints, flags and log lines, served on CPU.
+
+`python -m draftdoctor.reference.server --model-path TARGET --speculative-algorithm EAGLE3
+--speculative-draft-model-path DRAFT --speculative-num-steps 4 --speculative-eagle-topk 1
+--speculative-num-draft-tokens 5 --port 30000 --engine sglang==0.5.10 --loader replay`
+
+It takes the SGLang launch flags that apply (others are accepted, logged and ignored), loads the
+draft the way the emulated release's loader leaves it (draftdoctor.reference.loading; a load that
+release would refuse makes the server exit with SGLang's message), and answers `/health`,
+`/health_generate`, `/generate`, `/server_info` (and the older `/get_server_info`). Generation is
+greedy, one request at a time (others wait). "Decode batch" lines follow the emulated release's
+format and accept-rate formula; per-request `meta_info` carries that release's fields. Everything a
+user sees says it is the reference backend. It binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from datetime import datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ..engines import parse_version, resolve_engine
+from ..serving.launcher import READY_LINE
+from ..serving.logs import format_decode_line
+
+MAX_BODY = 1 << 20  # bytes; larger requests get 413
+MAX_NEW_TOKENS = 4096
+BACKEND = "reference (CPU) backend"
+
+# Per-request meta_info speculative fields by SGLang release (read from 0.5.10, 0.5.11 and 0.5.23;
+# releases between two that were read are assumed to match the earlier one):
+# (first release, names of accepted / proposed draft counts or None, histogram and rate/length present)
+META_FIELDS = (
+    ("0.0.0", None, False),
+    ("0.5.5", ("spec_accept_token_num", "spec_draft_token_num"), True),
+    ("0.5.11", ("spec_accepted_drafts", "spec_proposed_drafts"), True),
+    ("0.5.23", ("spec_num_correct_drafts", "spec_num_proposed_drafts"), True),
+)
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {message}", flush=True)
+
+
+def meta_fields(release: str):
+    v = parse_version(release)
+    return [row for row in META_FIELDS if parse_version(row[0]) <= v][-1][1:]
+
+
+class ReferenceEngine:
+    """Target + draft + tokenizer, generating one request at a time, with SGLang's counters."""
+
+    def __init__(self, args):
+        import torch
+        from tokenizers import Tokenizer
+
+        from .llama import TargetModel
+        from .loading import load_for_engine
+
+        torch.set_num_threads(1)  # tiny ops: more threads only add overhead
+        self.release = resolve_engine(args.engine)[1]
+        self.args = args
+        self.target = TargetModel.from_dir(args.model_path)
+        self.tokenizer = Tokenizer.from_file(str(Path(args.model_path) / "tokenizer.json"))
+        self.eos = self.target.config.get("eos_token_id")
+        self.loaded = load_for_engine(args.speculative_draft_model_path, args.engine, self.target, loader=args.loader)
+        self.lock = threading.Lock()
+        self.num_steps = args.speculative_num_steps
+        self.k = args.speculative_num_draft_tokens
+        self.total_verify = self.total_accepted = 0  # cumulative, for /server_info
+        self.window_verify = self.window_accepted = self.window_tokens = 0  # since the last log line
+        self.window_start = time.perf_counter()
+
+    def generate(self, prompt: str, max_new_tokens: int) -> dict:
+        from .engine import speculative_generate
+
+        ids = self.tokenizer.encode(prompt).ids
+        with self.lock:
+            result = speculative_generate(self.target, self.loaded.draft, self.loaded.capture, ids, max_new_tokens,
+                                          self.num_steps, eos_token_id=self.eos)
+            self._count(result)
+        meta = {"prompt_tokens": len(ids), "completion_tokens": result.completion_tokens,
+                "spec_verify_ct": result.spec_verify_ct, "finish_reason": {"type": "length"},
+                "backend": "reference"}
+        counts, detailed = meta_fields(self.release)
+        if counts and result.spec_verify_ct:
+            accepted, proposed = result.accepted_drafts, result.spec_verify_ct * (self.k - 1)
+            meta |= {"spec_accept_rate": accepted / proposed, "spec_accept_length": result.accept_length,
+                     counts[0]: accepted, counts[1]: proposed}
+        if detailed and result.spec_verify_ct:
+            meta["spec_accept_histogram"] = _histogram(result)
+        return {"text": self.tokenizer.decode(result.output_ids), "output_ids": result.output_ids, "meta_info": meta}
+
+    def _count(self, result) -> None:
+        self.total_verify += result.spec_verify_ct
+        self.total_accepted += result.accepted_drafts
+        self.window_verify += result.spec_verify_ct
+        self.window_accepted += result.accepted_drafts
+        self.window_tokens += result.completion_tokens
+        if self.window_verify >= self.args.decode_log_interval:
+            elapsed = max(time.perf_counter() - self.window_start, 1e-9)
+            length = (self.window_accepted + self.window_verify) / self.window_verify
+            log(format_decode_line(self.release, 1, self.window_tokens, 0.0, length, self.k,
+                                   self.window_tokens / elapsed))
+            self.window_verify = self.window_accepted = self.window_tokens = 0
+            self.window_start = time.perf_counter()
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        return (self.total_accepted + self.total_verify) / self.total_verify if self.total_verify else None
+
+    def server_info(self) -> dict:
+        return {"backend": "reference", "emulated_engine": f"sglang=={self.release}", "loader": self.args.loader,
+                "model_path": self.args.model_path, "speculative_algorithm": "EAGLE3",
+                "speculative_draft_model_path": self.args.speculative_draft_model_path,
+                "speculative_num_steps": self.num_steps, "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": self.k,
+                "internal_states": [{"avg_spec_accept_length": self.avg_spec_accept_length}]}
+
+
+def _histogram(result) -> list[int]:
+    """Verify steps by number of accepted drafts (0..num_steps), from per-position counts."""
+    per_position = result.accepted_per_position + [0]
+    at_least = [result.spec_verify_ct] + per_position[:-1]
+    return [at_least[i] - per_position[i] for i in range(len(at_least))]
+
+
+class Handler(BaseHTTPRequestHandler):
+    engine: ReferenceEngine  # set on the subclass built in main()
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # one line per request, SGLang style
+        log(f'{self.client_address[0]} "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+
+    def _send(self, status: int, body) -> None:
+        data = (json.dumps(body) if not isinstance(body, str) else body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if not isinstance(body, str) else "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Backend", "draftdoctor-reference")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": {"message": message, "code": status}})
+
+    def do_GET(self):
+        if self.path == "/health":
+            self._send(200, "OK")
+        elif self.path == "/health_generate":
+            self.engine.generate("health", 1)
+            self._send(200, "OK")
+        elif self.path in ("/server_info", "/get_server_info"):
+            self._send(200, self.engine.server_info())
+        elif self.path in ("/model_info", "/get_model_info"):
+            self._send(200, {"model_path": self.engine.args.model_path, "is_generation": True, "backend": "reference"})
+        else:
+            self._error(404, f"no endpoint {self.path}")
+
+    def do_POST(self):
+        if self.path != "/generate":
+            self._error(404, f"no endpoint {self.path}")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            self._error(400, "bad Content-Length")
+            return
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._error(413, f"request body over {MAX_BODY} bytes")
+            return
+        try:
+            request = json.loads(self.rfile.read(length) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            self._error(400, "request body is not valid JSON")
+            return
+        problem, prompt, max_new = _parse_generate(request)
+        if problem:
+            self._error(400, problem)
+            return
+        self._send(200, self.engine.generate(prompt, max_new))
+
+
+def _parse_generate(request) -> tuple[str | None, str, int]:
+    """(problem or None, prompt, max_new_tokens) of a /generate body."""
+    if not isinstance(request, dict) or not isinstance(request.get("text"), str):
+        return "expected a JSON object with a string `text` (batched or input_ids requests are not supported)", "", 0
+    params = request.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        return "`sampling_params` must be an object", "", 0
+    max_new = params.get("max_new_tokens", 128)
+    if type(max_new) is not int or not 1 <= max_new <= MAX_NEW_TOKENS:
+        return f"`max_new_tokens` must be an integer in 1..{MAX_NEW_TOKENS}", "", 0
+    if params.get("temperature", 0) not in (0, 0.0):
+        return "the reference backend decodes greedily: set temperature 0", "", 0
+    return None, request["text"], max_new
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="draftdoctor.reference.server", description=__doc__.splitlines()[0])
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--speculative-algorithm", default="EAGLE3")
+    p.add_argument("--speculative-draft-model-path", required=True)
+    p.add_argument("--speculative-num-steps", type=int, default=4)
+    p.add_argument("--speculative-eagle-topk", type=int, default=1)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--engine", default="sglang==0.5.10", help="the SGLang release to emulate")
+    p.add_argument("--loader", choices=["replay", "real"], default="replay")
+    return p
+
+
+def main(argv=None) -> int:
+    args, ignored = build_parser().parse_known_args(argv)
+    log(f"draftdoctor {BACKEND}: emulating {args.engine} with the {args.loader} loader (not SGLang itself)")
+    if ignored:
+        log(f"ignored by the reference backend (no GPU, one process): {' '.join(ignored)}")
+    if args.speculative_num_draft_tokens is None:
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+    if args.speculative_algorithm.upper() != "EAGLE3":
+        log(f"error: the reference backend serves EAGLE3 drafts only, not {args.speculative_algorithm}")
+        return 1
+    if args.speculative_eagle_topk != 1 or args.speculative_num_draft_tokens != args.speculative_num_steps + 1:
+        log("error: the reference backend drafts a chain: --speculative-eagle-topk 1 and "
+            "--speculative-num-draft-tokens = --speculative-num-steps + 1")
+        return 1
+    from ..checkpoint import CheckpointError
+    from ..engines import EngineSpecError
+    from .loading import LoadRefused
+
+    try:
+        engine = ReferenceEngine(args)
+    except LoadRefused as e:
+        log(f"error: {args.engine} would not start with this draft: {e}")
+        return 1
+    except (CheckpointError, EngineSpecError, OSError) as e:
+        log(f"error: {e}")
+        return 1
+    report = engine.loaded.report
+    log(f"draft loaded: {report.verdict}")
+    handler = type("BoundHandler", (Handler,), {"engine": engine})
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), handler)
+    except OSError as e:
+        log(f"error: cannot bind {args.host}:{args.port}: {e}")
+        return 1
+    server.daemon_threads = True
+    log(f"{BACKEND} listening on http://{args.host}:{args.port}")
+    log(READY_LINE)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

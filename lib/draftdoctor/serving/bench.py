@@ -1,0 +1,106 @@
+"""Benchmark several drafts in turn: launch a server per draft, send the prompts, record, chart.
+
+The same code drives real SGLang on a GPU host (`backend="sglang"`) and the CPU reference backend
+(`backend="reference"`). Each run records what the client measured (accept length, strict accept
+rate, per-position acceptance, tokens/s), the server's own `/server_info` accept length and its
+"Decode batch" log lines, so a user can see all three sources agree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .client import BenchResult, avg_spec_accept_length, run_bench
+from .launcher import ServeConfig, free_port, serve
+from .logs import parse_sglang_lines
+
+
+class BenchInputError(ValueError):
+    """A prompts file or draft list that cannot be used."""
+
+
+def load_prompts(path, limit: int | None = None) -> list[str]:
+    """Prompts from a .jsonl file ({"prompt": ...} or {"text": ...} per line) or a plain text file."""
+    path = Path(path)
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError) as e:
+        raise BenchInputError(f"{path}: cannot read prompts ({e.__class__.__name__})") from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if path.suffix == ".jsonl":
+            try:
+                item = json.loads(line)
+                prompts.append(item["prompt"] if "prompt" in item else item["text"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise BenchInputError(f"{path}:{number}: expected a JSON object with a \"prompt\" field") from None
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise BenchInputError(f"{path}: no prompts")
+    return prompts[:limit] if limit else prompts
+
+
+def installed_sglang_release(python: str = sys.executable) -> str | None:
+    """The SGLang release installed for `python`, without importing it here."""
+    probe = "import importlib.metadata as m; print(m.version('sglang'))"
+    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+@dataclass
+class BenchRun:
+    """One draft's measured run and where its server log is."""
+
+    result: BenchResult
+    backend: str
+    log_path: Path
+    server_accept_length: float | None
+    log_accept_length: float | None
+
+    def summary(self) -> dict:
+        return self.result.summary() | {"backend": self.backend, "server_accept_length": self.server_accept_length,
+                                        "log_accept_length": self.log_accept_length, "log": str(self.log_path)}
+
+
+def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_dir, prompts: list[str],
+                 release: str | None = None, engine: str | None = None, loader: str | None = None,
+                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
+                 max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
+                 host: str = "127.0.0.1", progress=None, **server_kwargs) -> list[BenchRun]:
+    """Serve and measure each (name, draft path) in turn; write results.json and the charts."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    k = num_draft_tokens or num_steps + 1
+    runs = []
+    for name, draft in drafts:
+        config = ServeConfig(target=target, draft=draft, num_steps=num_steps, topk=topk, num_draft_tokens=k,
+                             host=host, port=free_port(host), extra_args=list(extra_args or []))
+        log_path = out_dir / f"server-{name}.log"
+        if progress:
+            progress(f"{name}: starting the {backend} server")
+        with serve(backend, config, log_path, release=release, engine=engine, loader=loader, **server_kwargs) as server:
+            result = run_bench(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
+                               concurrency=concurrency, num_draft_tokens=k,
+                               progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
+        lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(), release=release, num_draft_tokens=k)
+        runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),
+                             float(lines.accept_length.iloc[-1]) if len(lines) else None))
+    write_results(out_dir, runs)
+    return runs
+
+
+def write_results(out_dir: Path, runs: list[BenchRun]) -> None:
+    """results.json ({"runs": [...]}) and the PNG charts."""
+    from ..report import acceptance_figure, per_position_figure, save, throughput_figure
+
+    summaries = [r.summary() for r in runs]
+    (out_dir / "results.json").write_text(json.dumps({"runs": summaries}, indent=1))
+    (out_dir / "requests.json").write_text(json.dumps([r.result.to_dict() for r in runs], indent=1))
+    save(acceptance_figure(summaries), out_dir / "acceptance.png")
+    save(per_position_figure(summaries), out_dir / "per_position.png")
+    save(throughput_figure(summaries), out_dir / "throughput.png")

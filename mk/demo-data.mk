@@ -1,0 +1,13 @@
+# Demo data (data/demo/) and the speculators stack that builds and checks it. Issue 5.
+.PHONY: demo-data
+
+# speculators and its pure-Python deps, --no-deps after torch (see requirements/speculators.txt).
+setup: $(VENV)/.speculators-done
+
+$(VENV)/.speculators-done: $(VENV)/.setup-done requirements/speculators.txt
+	$(BIN)/pip install -q --no-deps -r requirements/speculators.txt
+	touch $@
+
+# Rebuilds the committed demo target, speculators draft and prompts (a few minutes on CPU).
+demo-data: setup
+	$(BIN)/python -m draftdoctor.reference.demo_data data/demo

@@ -1,0 +1,149 @@
+"""Beyond names: one fixture per way a draft loads and silently misbehaves (issue 8 codes)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from draftdoctor.coverage import check
+from draftdoctor.synth import DraftShape
+
+
+def codes(report, severity=None):
+    return {f.code for f in report.findings if severity is None or f.severity == severity}
+
+
+def edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture
+def target(tmp_path):
+    def make(layers=8, hidden=64, vocab=256, context=2048):
+        folder = tmp_path / f"target-{layers}-{hidden}-{vocab}-{context}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": layers,
+            "hidden_size": hidden, "vocab_size": vocab, "max_position_embeddings": context}))
+        return folder
+    return make
+
+
+def test_clean_draft_has_no_error_findings(draft, target):
+    assert codes(check(draft("midlayer"), "sglang==0.5.10", target=target()), "error") == set()
+
+
+def test_aux_ids_at_top_level_are_ignored_by_sglang(draft):
+    folder = draft("midlayer")
+    edit_config(folder, eagle_config={"use_aux_hidden_state": True}, eagle_aux_hidden_state_layer_ids=[1, 3, 5])
+    report = check(folder, "sglang==0.5.10")
+    assert "aux-layer-ids" in codes(report, "error")
+    assert "only from eagle_config" in next(f.message for f in report.findings if f.code == "aux-layer-ids")
+
+
+def test_sglang_convention_ids_served_by_vllm_warn(draft):
+    report = check(draft("midlayer"), "vllm")
+    assert "aux-layer-ids" in codes(report, "warning")
+
+
+def test_aux_ids_outside_target_layers(draft, target):
+    folder = draft("midlayer")  # eagle_config ids [0, 2, 4]: SGLang captures 1, 3, 5
+    assert "aux-layer-ids" not in codes(check(folder, "sglang==0.5.10", target=target(layers=8)))
+    report = check(folder, "sglang==0.5.10", target=target(layers=5))
+    assert "aux-layer-ids" in codes(report, "error") and "[4]" in report.verdict + str(report.findings)
+
+
+def test_norm_before_residual_under_sglang(draft):
+    folder = edit_config(draft("midlayer"), norm_before_residual=True)
+    assert "norm-before-residual" in codes(check(folder, "sglang==0.5.23"), "error")
+    assert "norm-before-residual" not in codes(check(folder, "vllm"))
+
+
+def test_fc_norm_and_input_norm_per_release(draft):
+    extra = {f"fc_norm.{i}.weight": np.ones(64, dtype=np.float16) for i in range(3)}
+    folder = edit_config(draft("midlayer", extra=extra), fc_norm=True)
+    assert "fc-norm-unsupported" in codes(check(folder, "sglang==0.5.10"))
+    assert "fc-norm-unsupported" not in codes(check(folder, "sglang==0.5.23"))
+    folder = draft("midlayer", extra={"input_norm.weight": np.ones(192, dtype=np.float16)})
+    assert "input-norm-unsupported" in codes(check(folder, "sglang==0.5.10"))
+
+
+def test_qk_norm_unsupported(draft):
+    assert "qk-norm-unsupported" in codes(check(draft("midlayer", qk_norm=True), "sglang==0.5.23"))
+
+
+def test_vocab_map_missing(draft):
+    report = check(draft("midlayer", drop=("d2t", "t2d")), "sglang==0.5.10")
+    assert "vocab-map-missing" in codes(report, "error")
+
+
+@pytest.mark.parametrize("d2t, t2d, problem", [
+    (np.zeros(100, dtype=np.int64), None, "entries but draft_vocab_size"),
+    (np.full(128, 500, dtype=np.int64), None, "outside 0..255"),
+    (-np.arange(128, dtype=np.int64), None, "not strictly increasing"),
+    (np.arange(128, dtype=np.int64), np.zeros(256, dtype=np.bool_), "t2d does not mark"),
+])
+def test_vocab_map_invalid(draft, d2t, t2d, problem):
+    extra = {"d2t": d2t} | ({"t2d": t2d} if t2d is not None else {})
+    report = check(draft("midlayer", extra=extra), "sglang==0.5.10")
+    assert "vocab-map-invalid" in codes(report, "error")
+    assert problem in " ".join(f.message for f in report.findings)
+
+
+def test_synthetic_vocab_map_is_valid(draft):
+    assert "vocab-map-invalid" not in codes(check(draft("speculators", config="flat"), "sglang==0.5.10"))
+
+
+def test_lm_head_missing_and_embed_missing(draft):
+    report = check(draft("midlayer", drop=("lm_head.weight",)), "sglang==0.5.10")
+    assert "lm-head-missing" in codes(report, "error")
+    assert "embed-missing" in codes(check(draft("midlayer"), "sglang==0.5.10"), "info")
+
+
+def test_target_mismatch(draft, target):
+    folder = draft("midlayer")
+    report = check(folder, "sglang==0.5.10", target=target(hidden=32, vocab=300, context=4096))
+    messages = " ".join(f.message for f in report.findings if f.code == "target-mismatch")
+    assert "fc.weight takes 192 inputs" in messages and "vocab" in messages and "max_position_embeddings" in messages
+
+
+def test_nan_and_zero_weights(draft):
+    nan_embed = np.full((256, 64), np.nan, dtype=np.float16)
+    report = check(draft("speculators", config="flat", extra={"embed_tokens.weight": nan_embed}), "sglang==0.5.10")
+    assert "nan-weights" in codes(report, "error") and "embed_tokens.weight" in str(report.findings)
+    zero = check(draft("midlayer", extra={"norm.weight": np.zeros(64, dtype=np.float16)}), "sglang==0.5.10")
+    assert "nan-weights" in codes(zero, "warning")
+
+
+def test_nan_sampling_reads_only_a_few_bytes(tmp_path):
+    """A multi-GB sparse tensor is sampled, not read: it reads as zeros, flagged, instantly."""
+    from draftdoctor.synth import LLAMA_8B, write_draft
+
+    folder = write_draft(tmp_path / "big", LLAMA_8B, layout="midlayer", fill="sparse")
+    report = check(folder, "sglang==0.5.10")
+    assert "nan-weights" in codes(report, "warning")
+
+
+def test_target_option_in_cli(draft, target, capsys):
+    from draftdoctor.cli import main
+
+    code = main(["check", str(draft("midlayer")), "--engine", "sglang==0.5.10", "--target", str(target(layers=5))])
+    assert code == 1 and "aux-layer-ids" in capsys.readouterr().out
+    assert main(["check", str(draft("midlayer")), "--engine", "sglang==0.5.10", "--target", "/nonexistent"]) == 2
+
+
+def test_eagle_algorithm_with_an_eagle3_draft_is_refused_before_launch(draft, tmp_path):
+    from draftdoctor.serving.launcher import LaunchRefused, ServeConfig, serve
+
+    folder = draft("midlayer")
+    config = ServeConfig(target=str(tmp_path), draft=str(folder), algorithm="EAGLE", port=1)
+    with pytest.raises(LaunchRefused, match="algorithm-mismatch"):
+        serve("sglang", config, tmp_path / "server.log")
+    assert not (tmp_path / "server.log").exists()

@@ -1,0 +1,277 @@
+"""Reference engine: exactness against greedy decoding, transformers and speculators; acceptance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from draftdoctor.reference import acceptance  # noqa: E402
+from draftdoctor.reference.draft import (  # noqa: E402
+    MIDLAYER, build_draft, draft_shape, initial_value, param_shapes,
+)
+from draftdoctor.reference.engine import (  # noqa: E402
+    greedy_generate, sglang_capture_layers, speculative_generate,
+)
+from draftdoctor.reference.llama import KVCache, TargetModel, load_safetensors_dir  # noqa: E402
+from draftdoctor.reference.loading import LoadRefused, load_for_engine  # noqa: E402
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops: threads only add overhead
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return TargetModel.from_dir(DEMO / "target")
+
+
+@pytest.fixture(scope="module")
+def raw_draft():
+    return load_safetensors_dir(DEMO / "draft-speculators")
+
+
+@pytest.fixture(scope="module")
+def story_config():
+    """The flat config the story served (SGLang's, aux ids converted)."""
+    return json.loads((DEMO / "draft-story" / "config.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fixed_draft(tmp_path_factory):
+    """draft-story after `draftdoctor fix --engine sglang==0.5.10` (midlayer names)."""
+    from draftdoctor.fix import apply_fix, plan_fix
+
+    out = tmp_path_factory.mktemp("fixed") / "draft"
+    return apply_fix(plan_fix(DEMO / "draft-story", "sglang==0.5.10"), out).dst
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(DEMO / "target" / "tokenizer.json"))
+    lines = (DEMO / "prompts.jsonl").read_text().splitlines()
+    return [tok.encode(json.loads(line)["prompt"]).ids for line in lines]
+
+
+def test_target_matches_transformers(target, prompts):
+    from transformers import LlamaForCausalLM
+
+    hf = LlamaForCausalLM.from_pretrained(str(DEMO / "target")).eval()
+    ids = torch.tensor(prompts[0])
+    with torch.no_grad():
+        ref = hf(ids[None], output_hidden_states=True)
+    logits, aux = target.forward(ids, target.new_cache(), capture=(1, 3, 4))
+    torch.testing.assert_close(logits, ref.logits[0], atol=1e-4, rtol=1e-4)
+    for layer, state in zip((1, 3, 4), aux):
+        torch.testing.assert_close(state, ref.hidden_states[layer][0], atol=1e-5, rtol=1e-5)
+    # incremental decoding with the KV cache gives the same logits as one pass
+    cache = target.new_cache()
+    first, _ = target.forward(ids[:-3], cache)
+    rest, _ = target.forward(ids[-3:], cache)
+    torch.testing.assert_close(torch.cat([first, rest]), logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("draft_kind", ["trained", "random"])
+@pytest.mark.parametrize("num_steps", [1, 4])
+def test_speculative_output_equals_greedy(target, story_config, fixed_draft, prompts, draft_kind, num_steps):
+    if draft_kind == "trained":
+        draft = load_for_engine(fixed_draft, "sglang==0.5.10", target).draft
+    else:
+        draft = build_draft(story_config, {}, set())  # every parameter at its initial value, no d2t
+    capture = sglang_capture_layers(story_config, target.n_layers)
+    for ids in prompts[:6]:
+        want = greedy_generate(target, ids, 40)
+        got = speculative_generate(target, draft, capture, ids, 40, num_steps)
+        assert got.output_ids == want
+        assert got.completion_tokens == 40
+        assert got.spec_verify_ct >= 1
+
+
+def test_budget_cuts_accepted_tokens(target, fixed_draft, prompts):
+    loaded = load_for_engine(fixed_draft, "sglang==0.5.10", target)
+    draft, capture = loaded.draft, loaded.capture
+    for budget in (1, 2, 5, 7):
+        r = speculative_generate(target, draft, capture, prompts[1], budget, 4)
+        assert r.output_ids == greedy_generate(target, prompts[1], budget)
+        assert r.completion_tokens == budget
+        # after the prefill token each verify step adds its accepted drafts plus a bonus token,
+        # except that the last one may be cut before its bonus
+        bonus = r.completion_tokens - 1 - r.accepted_drafts
+        assert bonus in (r.spec_verify_ct - 1, r.spec_verify_ct)
+    assert speculative_generate(target, draft, capture, prompts[1], 1, 4).spec_verify_ct == 0
+
+
+def test_eos_stops_generation(target, prompts):
+    out = greedy_generate(target, prompts[2], 30)
+    eos = out[5]
+    cut = greedy_generate(target, prompts[2], 30, eos_token_id=eos)
+    assert cut == out[:out.index(eos) + 1]
+
+
+def test_sglang_capture_layers():
+    assert sglang_capture_layers({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}},
+                                 6) == (1, 3, 4)
+    assert sglang_capture_layers({}, 32) == (2, 16, 29)
+    # a top-level field is not what SGLang reads
+    assert sglang_capture_layers({"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}, 32) == (2, 16, 29)
+
+
+def test_story_load_leaves_the_decoder_layer_at_init(target, raw_draft, fixed_draft):
+    broken = load_for_engine(DEMO / "draft-story", "sglang==0.5.10", target)
+    assert broken.written == {"model.embed_tokens.weight", "model.fc.weight", "model.norm.weight", "lm_head.weight"}
+    hot = broken.draft.hot_token_id
+    assert hot is not None and torch.equal(hot, raw_draft["d2t"] + torch.arange(len(hot)))
+    layer = broken.draft.params[MIDLAYER + "mlp.down_proj.weight"]
+    assert torch.equal(layer, initial_value(MIDLAYER + "mlp.down_proj.weight", tuple(layer.shape)))
+    # the target's embedding replaces the draft's, as SGLang's set_embed does
+    assert broken.draft.params["model.embed_tokens.weight"] is target.embed
+    fixed = load_for_engine(fixed_draft, "sglang==0.5.10", target)
+    assert len(fixed.written) == 11
+    qkv = fixed.draft.params[MIDLAYER + "self_attn.qkv_proj.weight"]
+    assert torch.equal(qkv, torch.cat([raw_draft["layers.0.self_attn.q_proj.weight"],
+                                       raw_draft["layers.0.self_attn.k_proj.weight"],
+                                       raw_draft["layers.0.self_attn.v_proj.weight"]]))
+
+
+def test_refused_loads_carry_the_engine_message(target, fixed_draft, tmp_path):
+    with pytest.raises(LoadRefused, match="Should have a `model_type` key"):
+        load_for_engine(DEMO / "draft-speculators", "sglang==0.5.23", target)
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(fixed_draft, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["intermediate_size"] = 100  # gate/up no longer fit
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LoadRefused, match="shape-mismatch"):
+        load_for_engine(bad, "sglang==0.5.10", target)
+
+
+def test_wrong_layer_count_is_a_clear_error(target, fixed_draft, prompts):
+    draft = load_for_engine(fixed_draft, "sglang==0.5.10", target).draft
+    with pytest.raises(ValueError, match="aux states"):
+        speculative_generate(target, draft, (2, 4, 6), prompts[0], 8, 4)  # layer 6 does not exist
+
+
+def test_initial_values_are_deterministic():
+    a = initial_value("model.midlayer.mlp.down_proj.weight", (4, 3))
+    assert torch.equal(a, initial_value("model.midlayer.mlp.down_proj.weight", (4, 3)))
+    assert not torch.equal(a, initial_value("model.midlayer.self_attn.o_proj.weight", (4, 3)))
+    assert torch.equal(initial_value("model.norm.weight", (5,)), torch.ones(5))
+
+
+# --- the draft forward against speculators' own Eagle3DraftModel --------------------------------
+
+def speculators_model(norm_before_residual: bool):
+    from speculators.models import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from transformers import LlamaConfig
+
+    torch.manual_seed(0)
+    layer = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                        max_position_embeddings=128)
+    layer._attn_implementation = "sdpa"
+    model = Eagle3DraftModel(Eagle3SpeculatorConfig(
+        transformer_layer_config=layer, draft_vocab_size=50,
+        norm_before_residual=norm_before_residual, eagle_aux_hidden_state_layer_ids=[1, 2, 3]))
+    with torch.no_grad():  # random everything, norms included, so each norm's place matters
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape) * (0.3 if "norm" not in name else 1.0)
+                    + (1.0 if "norm" in name else 0.0))
+    return model.eval()
+
+
+def speculators_run(model, hidden, ids, positions, ttt_steps):
+    """speculators' forward; returns (logits, decoder-layer output) per TTT step via hooks."""
+    logits, states = [], []
+    h1 = model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o[0]))
+    h2 = model.layers[0].register_forward_hook(lambda m, i, o: states.append(o[0]))
+    try:
+        with torch.no_grad():
+            model(hidden_states=hidden[None], input_ids=ids[None],
+                  document_ids=torch.zeros_like(ids)[None], position_ids=positions[None],
+                  ttt_steps=ttt_steps)
+    finally:
+        h1.remove()
+        h2.remove()
+    return logits, states
+
+
+def ours_from(model, layer_config: dict):
+    """Our draft with the speculators model's weights, fused the way SGLang's loader fuses them."""
+    sd = model.state_dict()
+    p, L = MIDLAYER, "layers.0."
+    state = {"model.embed_tokens.weight": sd["embed_tokens.weight"], "model.fc.weight": sd["fc.weight"],
+             "model.norm.weight": sd["norm.weight"], "lm_head.weight": sd["lm_head.weight"],
+             p + "self_attn.qkv_proj.weight": torch.cat([sd[L + f"self_attn.{x}_proj.weight"] for x in "qkv"]),
+             p + "mlp.gate_up_proj.weight": torch.cat([sd[L + "mlp.gate_proj.weight"], sd[L + "mlp.up_proj.weight"]])}
+    for name in ("self_attn.o_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm", "hidden_norm"):
+        state[p + name + ".weight"] = sd[L + name + ".weight"]
+    config = dict(layer_config, draft_vocab_size=50)
+    assert set(state) == set(param_shapes(draft_shape(config)))
+    return build_draft(config, state, set(state))
+
+
+def test_draft_forward_matches_speculators():
+    model = speculators_model(norm_before_residual=False)
+    ours = ours_from(model, model.config.transformer_layer_config.to_dict())
+    g = torch.Generator().manual_seed(1)
+    t = 9
+    ids = torch.randint(0, 50, (t,), generator=g)
+    hidden = torch.randn(t, 96, generator=g)
+    positions = 1 + torch.arange(t)  # speculators' default
+    logits, states = speculators_run(model, hidden, ids, positions, ttt_steps=2)
+
+    # TTT step 0 = an extend over all positions (fc applied to the aux states)
+    cache = KVCache.empty(1)
+    our_logits, our_hidden = ours.forward(ids, hidden, positions, cache)
+    torch.testing.assert_close(our_logits, logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(our_hidden, states[0], atol=1e-5, rtol=1e-5)
+
+    # TTT step 1 at index i = a decode step after an extend over 0..i: input token i + 1, the
+    # draft's own hidden from step 0 (no fc), position + 1, attending to keys 0..i and itself
+    i = t - 2
+    cache = KVCache.empty(1)
+    _, h0 = ours.forward(ids[:i + 1], hidden[:i + 1], positions[:i + 1], cache)
+    step_logits, step_hidden = ours.forward(ids[i + 1:i + 2], h0[-1:], positions[i:i + 1] + 1, cache)
+    torch.testing.assert_close(step_logits[0], logits[1][i], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(step_hidden[0], states[1][i], atol=1e-5, rtol=1e-5)
+
+
+def test_norm_before_residual_is_not_what_sglang_computes():
+    """speculators' training default (norm_before_residual: true) puts hidden_norm(hidden) on the
+    residual path; SGLang keeps the raw hidden. Same weights, different outputs."""
+    model = speculators_model(norm_before_residual=True)
+    ours = ours_from(model, model.config.transformer_layer_config.to_dict())
+    g = torch.Generator().manual_seed(1)
+    ids, hidden = torch.randint(0, 50, (6,), generator=g), torch.randn(6, 96, generator=g)
+    positions = 1 + torch.arange(6)
+    logits, _ = speculators_run(model, hidden, ids, positions, ttt_steps=1)
+    our_logits, _ = ours.forward(ids, hidden, positions, KVCache.empty(1))
+    assert (our_logits - logits[0]).abs().max() > 1e-2
+
+
+# --- the story on the demo data ---------------------------------------------------------------
+
+def test_demo_acceptance_broken_vs_fixed(tmp_path):
+    """Issue 5's must-show: the story's draft under 0.5.10 <= 1.05, after fix >= 2.0 (4 steps);
+    speculators' own checkpoint refused by 0.5.23 as SGLang refuses it, >= 2.0 once converted."""
+    cases = acceptance.demo_cases(DEMO, tmp_path, n_prompts=16, max_new_tokens=48, num_steps=4)
+    written, broken = cases["story draft, sglang==0.5.10"]
+    assert written == 4 and broken.step_accept_length <= 1.05
+    assert broken.accept_length <= 1.05  # meta_info formula: holds at 48 new tokens
+    for case in ("story draft fixed, sglang==0.5.10", "speculators draft fixed, sglang==0.5.23"):
+        written, fixed = cases[case]
+        assert written == 11 and fixed.step_accept_length >= 2.0 and fixed.accept_length >= 2.0
+    assert cases["speculators draft, sglang==0.5.23"].startswith("refused: config-unreadable")

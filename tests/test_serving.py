@@ -1,0 +1,175 @@
+"""The launcher and client against the reference server as a real process over HTTP (issue 6, 9)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from draftdoctor.serving.bench import bench_drafts, load_prompts
+from draftdoctor.serving.client import avg_spec_accept_length, generate, run_bench, server_info
+from draftdoctor.serving.launcher import ServeConfig, ServerCrashed, free_port, serve, server_command
+from draftdoctor.serving.logs import parse_sglang_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo"
+PROMPTS = load_prompts(DEMO / "prompts.jsonl")
+
+
+@pytest.fixture(scope="module")
+def fixed_draft(tmp_path_factory):
+    from draftdoctor.fix import apply_fix, plan_fix
+
+    return apply_fix(plan_fix(DEMO / "draft-story", "sglang==0.5.10"), tmp_path_factory.mktemp("f") / "d").dst
+
+
+def config(draft, **kw):
+    return ServeConfig(target=str(DEMO / "target"), draft=str(draft), num_steps=4, topk=1, num_draft_tokens=5,
+                       port=free_port(), **kw)
+
+
+def children_of(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(fixed_draft, tmp_path_factory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    with serve("reference", config(fixed_draft, extra_args=["--decode-log-interval", "5"]), log,
+               engine="sglang==0.5.10") as s:
+        yield s
+
+
+def test_reference_server_answers_sglang_endpoints(server):
+    with urllib.request.urlopen(server.base_url + "/health") as r:
+        assert r.status == 200
+    result = generate(server.base_url, PROMPTS[0], max_new_tokens=16)
+    assert result.completion_tokens >= 1 and result.verify_ct >= 1 and result.text
+    info = server_info(server.base_url)
+    assert info["backend"] == "reference" and info["emulated_engine"] == "sglang==0.5.10"
+    assert avg_spec_accept_length(info) >= 1.0
+    with urllib.request.urlopen(server.base_url + "/get_server_info") as r:
+        assert json.loads(r.read())["internal_states"]
+
+
+def test_bench_client_measures_acceptance_from_three_sources(server):
+    result = run_bench(server.base_url, PROMPTS[:12], max_new_tokens=48, concurrency=3, num_draft_tokens=5)
+    assert len(result.requests) == 12 and result.accept_length >= 2.0
+    assert 0 < result.accept_rate <= 1 and len(result.per_position) == 4
+    assert result.per_position == sorted(result.per_position, reverse=True)
+    # the server's own cumulative accept length and its log lines agree with the client
+    assert abs(avg_spec_accept_length(result.server_info) - result.accept_length) < 0.6
+    lines = parse_sglang_lines(server.log_path.read_text().splitlines(), release="0.5.10", num_draft_tokens=5)
+    assert len(lines) and lines.accept_length.mean() >= 2.0
+    assert (lines.accept_rate_formula == "bonus").all()
+
+
+@pytest.mark.parametrize("body, status", [
+    (b"{not json", 400),
+    (b'{"sampling_params": {}}', 400),
+    (b'{"text": "a", "sampling_params": {"max_new_tokens": -3}}', 400),
+    (b'{"text": "a", "sampling_params": {"temperature": 0.7}}', 400),
+    (b'[1, 2]', 400),
+])
+def test_malformed_requests_get_4xx_and_the_server_keeps_serving(server, body, status):
+    request = urllib.request.Request(server.base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(request)
+    assert e.value.code == status and "error" in json.loads(e.value.read())
+    assert generate(server.base_url, PROMPTS[1], max_new_tokens=4).completion_tokens >= 1
+
+
+def test_oversized_request_gets_413(server):
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 50000000\r\n\r\n{")
+        assert b" 413 " in s.recv(4096).split(b"\r\n")[0] + b" "
+    assert generate(server.base_url, PROMPTS[1], max_new_tokens=4).completion_tokens >= 1
+
+
+def test_bounded_load_loses_no_request(server):
+    """A few hundred short requests from several threads on loopback: every one answered."""
+    results, errors = [], []
+
+    def worker(i):
+        for j in range(40):
+            try:
+                results.append(generate(server.base_url, PROMPTS[(i + j) % len(PROMPTS)], max_new_tokens=2, timeout=60))
+            except Exception as e:  # noqa: BLE001 - counted and reported
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and len(results) == 240
+
+
+def test_server_binds_loopback_by_default():
+    from draftdoctor.reference.server import build_parser
+
+    assert build_parser().parse_args(["--model-path", "t", "--speculative-draft-model-path", "d"]).host == "127.0.0.1"
+
+
+def test_broken_draft_gives_accept_length_one(tmp_path):
+    runs = bench_drafts("reference", str(DEMO / "target"), [("before", str(DEMO / "draft-story"))], tmp_path,
+                        PROMPTS[:10], engine="sglang==0.5.10", max_new_tokens=48)
+    summary = json.loads((tmp_path / "results.json").read_text())["runs"][0]
+    assert summary["name"] == "before" and summary["accept_length"] <= 1.05 and summary["backend"] == "reference"
+    assert (tmp_path / "acceptance.png").stat().st_size > 1000
+    assert runs[0].log_accept_length is not None and runs[0].log_accept_length <= 1.05
+
+
+def test_refused_config_crashes_like_sglang_with_its_message(tmp_path):
+    with pytest.raises(ServerCrashed) as e:
+        with serve("reference", config(DEMO / "draft-speculators"), tmp_path / "s.log", engine="sglang==0.5.23"):
+            pass
+    assert "Should have a `model_type` key" in str(e.value)
+
+
+def test_no_process_left_after_stop_crash_or_interrupt(fixed_draft, tmp_path):
+    # after stop
+    s = serve("reference", config(fixed_draft), tmp_path / "a.log", engine="sglang==0.5.10")
+    pid = s.process.pid
+    s.stop()
+    assert not alive(pid)
+    # after a crash at start-up (refused config): the launcher reaps it
+    with pytest.raises(ServerCrashed):
+        serve("reference", config(DEMO / "draft-speculators"), tmp_path / "b.log", engine="sglang==0.5.23")
+    # after KeyboardInterrupt in the caller (a `draftdoctor serve` process interrupted with SIGINT)
+    cli = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "serve", "--model-path", str(DEMO / "target"),
+                            "--speculative-draft-model-path", str(fixed_draft), "--log", str(tmp_path / "c.log")],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert "ready at" in cli.stdout.readline()
+    servers = children_of(cli.pid)
+    assert servers and all(alive(p) for p in servers)
+    cli.send_signal(signal.SIGINT)
+    cli.wait(timeout=30)
+    time.sleep(0.2)
+    assert not any(alive(p) for p in servers)
+
+
+def test_reference_command_takes_sglang_flags():
+    argv = server_command("reference", ServeConfig("t", "d", port=1234, tp_size=2), engine="sglang==0.5.10",
+                          loader="replay", python="python")
+    assert argv[:3] == ["python", "-m", "draftdoctor.reference.server"]
+    assert "--speculative-draft-model-path" in argv and argv[-4:] == ["--engine", "sglang==0.5.10", "--loader", "replay"]
