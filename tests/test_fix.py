@@ -512,3 +512,28 @@ def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch):
     monkeypatch.setattr(fixmod._Copier, "copy", copy_and_flip_inside_fc)
     result = apply_fix(plan_fix(src, "vllm"), tmp_path / "out")
     assert result.verification.mismatched == ["fc.weight"] and not result.written
+
+
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.11", "0.5.23"])
+def test_sglang_own_loader_writes_every_parameter_of_the_fixed_draft(draft, tmp_path, release):
+    """The proof beyond the replay: SGLang's real load_weights (on CPU, `make sglang-loaders`) over
+    fix's output, from speculators' layout and nested config, and from `model.`-prefixed keys."""
+    from draftdoctor.realcheck import real_checks
+    from draftdoctor.realload import ReleaseNotInstalled, release_env
+
+    try:
+        release_env(release)
+    except ReleaseNotInstalled as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must install the real loaders: {exc}")
+        pytest.skip(str(exc))
+    engine = f"sglang=={release}"
+    sources = [draft("speculators"), draft("prefixed"), draft("midlayer", config="speculators")]
+    outputs = [apply_fix(plan_fix(src, engine), tmp_path / f"out-{i}").dst for i, src in enumerate(sources)]
+    before, *after = real_checks([sources[0], *outputs], engine)  # one child process: SGLang imported once
+    assert before.errors  # the story's draft: layer dropped (<= 0.5.11) or config unreadable (0.5.23)
+    for report in after:
+        assert report.loader == "real"
+        assert not report.errors, [f.message for f in report.errors]
+        assert not report.uninitialized and not report.dropped
+        assert {p.status for p in report.params} <= {"written", "from-target"}
