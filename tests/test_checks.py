@@ -66,6 +66,19 @@ def test_norm_before_residual_under_sglang(draft):
     assert "norm-before-residual" not in codes(check(folder, "vllm"))
 
 
+def test_norm_before_residual_kept_by_a_lossy_fix_is_still_flagged(draft, tmp_path):
+    from draftdoctor.fix import apply_fix, plan_fix
+
+    src = edit_config(draft("speculators"), norm_before_residual=True)
+    fixed = apply_fix(plan_fix(src, "sglang==0.5.10"), tmp_path / "fixed", allow_lossy=True).dst
+    assert "norm_before_residual" not in json.loads((fixed / "config.json").read_text())
+    report = check(fixed, "sglang==0.5.10")
+    assert "norm-before-residual" in codes(report, "error") and "lossy fix" in report.verdict
+    # vLLM implements the option but reads it from the top level, not from draftdoctor's record
+    report = check(fixed, "vllm")
+    assert "norm-before-residual" in codes(report, "error") and "fix --engine vllm" in report.verdict
+
+
 def test_fc_norm_and_input_norm_per_release(draft):
     extra = {f"fc_norm.{i}.weight": np.ones(64, dtype=np.float16) for i in range(3)}
     folder = edit_config(draft("midlayer", extra=extra), fc_norm=True)

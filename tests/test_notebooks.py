@@ -67,3 +67,18 @@ def test_investigate_the_demo_end_to_end(tmp_path):
     executed = nbformat.read(out / "05-relaunch-and-chart.ipynb", as_version=4)
     pngs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(pngs) >= 3, "charts are shown inline, not only saved"
+
+
+def test_beyond_names_measures_what_check_flags(tmp_path):
+    """Step 6 on the demo data: each case labelled with check's code and its measured acceptance."""
+    _run("06-beyond-names.ipynb", tmp_path, num_prompts=8)
+    doc = json.loads((tmp_path / "beyond_names.json").read_text())
+    cases = {c["name"]: c for c in doc["cases"]}
+    top, nbr, fixed = cases["aux ids at top level"], cases["nbr draft"], cases["fixed draft"]
+    assert fixed["flagged"] == "nothing" and fixed["accept_length"] >= 3.0
+    assert top["flagged"] == "aux-layer-ids" and top["accept_length"] is None and "distinct aux states" in top["error"]
+    assert nbr["flagged"] == "norm-before-residual" and nbr["accept_length"] <= fixed["accept_length"] - 0.8
+    assert (tmp_path / "beyond_names.png").stat().st_size > 1000
+    executed = nbformat.read(tmp_path / "06-beyond-names.ipynb", as_version=4)
+    outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the chart is shown inline"

@@ -14,7 +14,7 @@ from draftdoctor.reference.draft import (  # noqa: E402
     MIDLAYER, build_draft, draft_shape, initial_value, param_shapes,
 )
 from draftdoctor.reference.engine import (  # noqa: E402
-    greedy_generate, sglang_capture_layers, speculative_generate,
+    CaptureMismatch, greedy_generate, sglang_capture_layers, speculative_generate,
 )
 from draftdoctor.reference.llama import KVCache, TargetModel, load_safetensors_dir  # noqa: E402
 from draftdoctor.reference.loading import LoadRefused, load_for_engine  # noqa: E402
@@ -160,8 +160,11 @@ def test_refused_loads_carry_the_engine_message(target, fixed_draft, tmp_path):
 
 def test_wrong_layer_count_is_a_clear_error(target, fixed_draft, prompts):
     draft = load_for_engine(fixed_draft, "sglang==0.5.10", target).draft
-    with pytest.raises(ValueError, match="aux states"):
+    with pytest.raises(CaptureMismatch, match="2 distinct aux states"):
         speculative_generate(target, draft, (2, 4, 6), prompts[0], 8, 4)  # layer 6 does not exist
+    # SGLang's default for a 6-layer target names layer 3 twice; it is captured once
+    with pytest.raises(CaptureMismatch, match=r"\[2, 3, 3\] gives 2 distinct aux states"):
+        speculative_generate(target, draft, sglang_capture_layers({}, 6), prompts[0], 8, 4)
 
 
 def test_initial_values_are_deterministic():
@@ -257,9 +260,13 @@ def test_norm_before_residual_is_not_what_sglang_computes():
     g = torch.Generator().manual_seed(1)
     ids, hidden = torch.randint(0, 50, (6,), generator=g), torch.randn(6, 96, generator=g)
     positions = 1 + torch.arange(6)
-    logits, _ = speculators_run(model, hidden, ids, positions, ttt_steps=1)
+    logits, states = speculators_run(model, hidden, ids, positions, ttt_steps=1)
     our_logits, _ = ours.forward(ids, hidden, positions, KVCache.empty(1))
     assert (our_logits - logits[0]).abs().max() > 1e-2
+    # the control computation (what vLLM does with the option) is speculators' own
+    as_trained, as_trained_hidden = ours.with_norm_before_residual().forward(ids, hidden, positions, KVCache.empty(1))
+    torch.testing.assert_close(as_trained, logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(as_trained_hidden, states[0], atol=1e-5, rtol=1e-5)
 
 
 # --- the story on the demo data ---------------------------------------------------------------

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
-from .configs import FLAT, SPECULATORS, DraftDims, config_format, draft_options, layer_config, unsupported_options
+from .configs import (DRAFT_OPTIONS, FLAT, RECORD_KEY, SPECULATORS, DraftDims, config_format, draft_options,
+                      layer_config, unsupported_options)
 from .engines import Profile
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
@@ -67,11 +68,16 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     out = []
     if present and read is None:
         where, ids = next(iter(present.items()))
-        default = f" (for this {n_layers}-layer target: {[2, n_layers // 2, n_layers - 3]})" if n_layers else ""
+        default = [2, n_layers // 2, n_layers - 3] if n_layers else None
+        effect = "the draft sees other layers than it was trained on"
+        if default and len(set(default)) < len(ids):  # the engine captures each layer once
+            effect = (f"that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
+                      "error the first time the draft runs")
         out.append(F.finding("aux-layer-ids", (
             f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at {where} are "
-            f"ignored and it captures its default layers{default}: the draft sees other layers than it was trained "
-            f"on. `draftdoctor fix` moves them")))
+            "ignored and it captures its default layers"
+            + (f" (for this {n_layers}-layer target: {default})" if default else "")
+            + f": {effect}. `draftdoctor fix` moves them")))
     if read is None:
         return out
     where, ids = read
@@ -105,6 +111,17 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
         code = OPTION_CODES.get(option, "lossy-config")
         out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} does not implement: it "
                                    "computes a different function than the one trained, and acceptance drops"))
+    # `fix --allow-lossy` keeps an option the engine cannot express only in its record, which no
+    # engine reads: the draft was still trained with it
+    record = config.get(RECORD_KEY) if isinstance(config.get(RECORD_KEY), dict) else {}
+    fields = record.get("fields") if isinstance(record.get("fields"), dict) else {}
+    for option in sorted(k for k, v in fields.items() if k in DRAFT_OPTIONS and v and k not in options):
+        remedy = (f"; {name} implements it: `draftdoctor fix --engine {profile.engine}` writes it where it is read"
+                  if getattr(profile, DRAFT_OPTIONS[option]) else "")
+        out.append(F.finding(OPTION_CODES.get(option, "lossy-config"), (
+            f"the draft was trained with {option}: true, kept only in the config's {RECORD_KEY} record by a lossy fix, "
+            f"where no engine reads it: {name} computes without it, a different function than the one trained, and "
+            f"acceptance drops{remedy}")))
     qk_keys = [k for k in keys if k.endswith(("q_norm.weight", "k_norm.weight"))]
     qwen3 = layer_config(config).get("model_type") == "qwen3"
     if (qk_keys or qwen3) and not profile.supports_qk_norm:

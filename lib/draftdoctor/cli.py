@@ -15,6 +15,7 @@ from .engines import EngineSpecError
 from .investigate import ParamsError
 from .serving.bench import BenchInputError
 from .serving.client import ClientError
+from .realcheck import RealCheckError
 from .serving.launcher import ServerError
 from .fix import FixError
 
@@ -73,7 +74,7 @@ def cmd_inspect(args, out) -> int:
 def cmd_check(args, out) -> int:
     from .coverage import check
 
-    report = check(args.path, args.engine, target=args.target)
+    report = check(args.path, args.engine, loader=args.loader, target=args.target)
     status = EXIT_FINDINGS if report.errors else EXIT_OK
     if args.format == "json":
         json.dump(report.to_dict(), out, indent=1)
@@ -308,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
     p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it")
+    p.add_argument("--loader", choices=["replay", "real"], default="replay",
+                   help="replay the engine profile (instant), or run the release's own loader on CPU "
+                        "(SGLang 0.5.10, 0.5.11, 0.5.23; needs `make sglang-loaders`)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(run=cmd_check)
     p = sub.add_parser("fix", help="rewrite a draft so an engine loads every tensor, verified; SRC is never modified")
@@ -358,7 +362,7 @@ def main(argv=None) -> int:
     try:
         return args.run(args, sys.stdout)
     except (CheckpointError, EngineSpecError, FixError, _UsageError, ServerError, BenchInputError, ClientError,
-            ParamsError) as e:
+            ParamsError, RealCheckError) as e:
         sys.stderr.write(f"draftdoctor: error: {e}\n")
         return EXIT_UNUSABLE
     except KeyboardInterrupt:

@@ -257,7 +257,7 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
     """The coverage report of loading `checkpoint` with `engine`'s profile (e.g. 'sglang==0.5.10')."""
     profile, release = resolve_engine(engine)
     dims = draft_dims(checkpoint)
-    dtype_bytes = _dominant_dtype_bytes(checkpoint)
+    dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
     params = {
         name: ParamStatus(name, p.role, p.shape, _nbytes(p.shape, dtype_bytes),
@@ -270,6 +270,8 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
     if blocking is not None:
         findings.append(blocking)
     crashed = blocking is not None and blocking.code == "loader-crash"
+    if crashed:
+        params = {}  # the engine fails while building the draft: no parameter exists
     for key in _iteration_order(checkpoint):
         t = checkpoint.tensors[key]
         if crashed:
@@ -280,7 +282,14 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
         if status == LOADED:
             spec = specs[target]
             expected = spec.shape if shard is None else (spec.shards[shard][1], *spec.shape[1:])
-            if tuple(t.shape) != tuple(expected):
+            if tuple(t.shape) != tuple(expected) and _resized_silently(profile, target, t.shape, expected):
+                _mark_written(params[target], key, shard)
+                findings.append(F.finding(
+                    "shape-mismatch",
+                    f"{key} {list(t.shape)} was loaded into {target} {list(expected)} without an error: "
+                    f"{profile.engine} pads or cuts it to fit, so the layer computes with the wrong weights",
+                    severity=F.WARNING))
+            elif tuple(t.shape) != tuple(expected):
                 ks.status, ks.reason = MISMATCH, f"shape {list(t.shape)} does not fit {target} {list(expected)}"
                 params[target].status = MISMATCH
                 findings.append(F.finding(
@@ -309,6 +318,13 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
     return report
 
 
+def _resized_silently(profile: Profile, param: str, got, expected) -> bool:
+    """Whether the engine pads or cuts this weight to fit instead of failing (only one dim differs)."""
+    differing = [d for d, (a, b) in enumerate(zip(got, expected)) if a != b]
+    return len(got) == len(expected) and any(
+        param.endswith(suffix) and differing == [dim] for suffix, dim in profile.resized_silently)
+
+
 def _mark_written(param: ParamStatus, key: str, shard) -> None:
     param.keys.append(key)
     if shard is None:
@@ -322,7 +338,7 @@ def _mark_written(param: ParamStatus, key: str, shard) -> None:
     param.status = PARTIAL if param.shards_missing else WRITTEN
 
 
-def _dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
+def dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
     """Bytes per element of the checkpoint's weights (its largest tensor's dtype)."""
     if not checkpoint.tensors:
         return 2
@@ -330,14 +346,15 @@ def _dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
     return max(1, DTYPE_BITS[largest.dtype] // 8)
 
 
-LOADERS = ("replay",)
+LOADERS = ("replay", "real")
 
 
 def check(path, engine: str, loader: str = "replay", target=None) -> CoverageReport:
     """The coverage report of `engine` loading the checkpoint at `path`, plus the checks beyond
     names (draftdoctor.checks), against the target's config when `target` (folder or config.json) is given.
 
-    loader "replay": replay the engine profile over the headers (instant, no engine needed).
+    loader "replay": replay the engine profile over the headers (instant, no engine needed);
+    "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`).
     """
     from .checks import draft_checks, read_target_config
 
@@ -345,7 +362,12 @@ def check(path, engine: str, loader: str = "replay", target=None) -> CoverageRep
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     checkpoint = open_checkpoint(path)
     target_config = read_target_config(target) if target is not None else None
-    report = replay(checkpoint, engine)
+    if loader == "real":
+        from .realcheck import real_check
+
+        report = real_check(path, engine)
+    else:
+        report = replay(checkpoint, engine)
     profile, _ = resolve_engine(engine)
     report.findings += draft_checks(checkpoint, profile, draft_dims(checkpoint), target_config)
     return report

@@ -79,6 +79,36 @@ def per_position_figure(runs: list[dict]):
     return fig
 
 
+def beyond_names_figure(rows: list[dict]):
+    """Accept length per case, labelled with what `check` flags, and acceptance per draft position.
+
+    Rows: {name, flagged, accept_length, per_position, error}; a case with an error and no accept
+    length is marked as not running rather than drawn as zero."""
+    fig, (ax_len, ax_pos) = _figure(11, 0.45 * len(rows) + 2.2, ncols=2)
+    palette = ["#2a9d8f", "#e76f51", "#e9c46a", "#264653", "#8ab17d"]
+    top = max([r.get("accept_length") or 0 for r in rows] + [1.0]) * 1.3
+    for i, r in enumerate(rows):
+        y, color = len(rows) - 1 - i, palette[i % len(palette)]
+        if r.get("accept_length") is None:
+            ax_len.text(0.05, y, "cannot run", va="center", color="#9b2226")
+            continue
+        ax_len.barh(y, r["accept_length"], color=color)
+        ax_len.text(r["accept_length"], y, f" {r['accept_length']:.2f}", va="center")
+        positions = range(1, len(r["per_position"]) + 1)
+        ax_pos.plot(positions, r["per_position"], marker="o", color=color, label=r["name"])
+        ax_pos.set_xticks(list(positions))
+    ax_len.set_yticks(range(len(rows))[::-1], [f"{r['name']}\ncheck: {r['flagged']}" for r in rows], fontsize=8)
+    ax_len.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax_len.set_xlim(0, top)
+    ax_len.set_xlabel("accept length (tokens / verify step; dashed: nothing accepted)")
+    ax_pos.set_xlabel("draft position")
+    ax_pos.set_ylabel("share of verify steps accepting it")
+    ax_pos.set_ylim(0, 1.05)
+    ax_pos.legend(fontsize=7)
+    fig.suptitle("names right, every parameter loaded: what check flags, and what it costs", fontsize=10)
+    return fig
+
+
 def throughput_figure(runs: list[dict]):
     """Output tokens per second per run."""
     fig, ax = _figure(5, 3.2)

@@ -76,6 +76,9 @@ class Profile:
     # the input of target layer id + offset (SGLang adds 1; vLLM and speculators use ids as-is)
     aux_ids_from: tuple[str, ...] = ("eagle_config",)
     aux_capture_offset: int = 1
+    # (parameter suffix, dim): weights the loader pads with zeros or cuts to fit along that dim
+    # instead of failing (SGLang's row- and merged-column-parallel loaders, `pad_or_narrow_weight`)
+    resized_silently: tuple[tuple[str, int], ...] = ()
 
     @property
     def spec(self) -> str:

@@ -8,6 +8,8 @@ from . import CRASH, SKIP, WARN, Profile
 
 ONE_LAYER = "EAGLE3 currently only supports 1 layer"
 _SILENT = (SKIP, "")
+# read in 0.5.10 (layers/linear.py) and seen on 0.5.10/0.5.23's real loaders for down_proj
+_PAD_OR_NARROW = ((".o_proj.weight", 1), (".down_proj.weight", 1), (".gate_up_proj.weight", 0))
 
 _COMMON = dict(
     engine="sglang",
@@ -37,6 +39,7 @@ PROFILES = [
         legacy_renames=(),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
         fc_bias="config", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        resized_silently=_PAD_OR_NARROW,
         **_COMMON,
     ),
     Profile(
@@ -46,7 +49,7 @@ PROFILES = [
                         ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
         fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
-        supports_norm_output=True,
+        supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
         **_COMMON,
     ),
 ]

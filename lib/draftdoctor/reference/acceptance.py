@@ -18,11 +18,13 @@ import argparse
 import json
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from draftdoctor.reference.draft import EagleDraft
 from draftdoctor.reference.engine import GenerateResult, speculative_generate
 from draftdoctor.reference.llama import TargetModel
 from draftdoctor.reference.loading import LoadRefused, load_for_engine
@@ -58,6 +60,18 @@ class Measurement:
                    [sum(c) for c in zip(*(r.accepted_per_position for r in results))])
 
 
+@contextmanager
+def one_thread():
+    """torch on one thread while inside: the reference engine's ops are tiny, and on 2 cores a second
+    thread made measuring over 10x slower (thread synchronisation per op)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def tokenized_prompts(data_dir: Path, n_prompts: int | None = None) -> list[list[int]]:
     from tokenizers import Tokenizer
 
@@ -66,13 +80,18 @@ def tokenized_prompts(data_dir: Path, n_prompts: int | None = None) -> list[list
     return [tok.encode(json.loads(line)["prompt"]).ids for line in lines]
 
 
+def run_prompts(target: TargetModel, draft: EagleDraft, capture: tuple[int, ...], prompts: list[list[int]],
+                max_new_tokens: int, num_steps: int) -> Measurement:
+    """Measurement of `draft` speculating for `target` over `prompts`, one request at a time."""
+    return Measurement.of([speculative_generate(target, draft, capture, p, max_new_tokens, num_steps)
+                           for p in prompts])
+
+
 def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]], max_new_tokens: int,
             num_steps: int, loader: str = "replay") -> tuple[int, Measurement]:
     """(parameters written, Measurement) of `draft_dir` served by `engine`; LoadRefused if it would not start."""
     loaded = load_for_engine(draft_dir, engine, target, loader=loader)
-    results = [speculative_generate(target, loaded.draft, loaded.capture, p, max_new_tokens, num_steps)
-               for p in prompts]
-    return len(loaded.written), Measurement.of(results)
+    return len(loaded.written), run_prompts(target, loaded.draft, loaded.capture, prompts, max_new_tokens, num_steps)
 
 
 def demo_cases(data_dir: Path, workdir: Path, n_prompts: int | None = None, max_new_tokens: int = 48,

@@ -6,7 +6,9 @@ CPU from a generated corpus (draftdoctor.reference.corpus) with fixed seeds, in 
 
 The draft is built, trained and saved by speculators' own Eagle3DraftModel, so its checkpoint has
 exactly the layout the story broke on: `layers.0.*` keys, a nested speculators config, a reduced
-draft vocabulary with `d2t`/`t2d`.
+draft vocabulary with `d2t`/`t2d`. A second draft, draft-speculators-nbr/, is trained the same way
+(same seed, data and steps) with `norm_before_residual: true`, speculators' training default, which
+SGLang cannot compute: the two differ only in that option.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ TARGET = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=6, num_at
 AUX_LAYER_IDS = [1, 3, 4]
 DRAFT_VOCAB = 96  # of 114 words: covers about 97% of the corpus
 SPECULATIVE_TOKENS = 4
-# speculators' training CLI defaults to true; SGLang has no equivalent, so the demo draft is
-# trained with the computation SGLang implements.
-NORM_BEFORE_RESIDUAL = False
+# norm_before_residual per draft folder. speculators' training CLI defaults to true; SGLang has no
+# equivalent, so the main demo draft is trained with the computation SGLang implements, and the
+# nbr draft shows what the default costs there.
+DRAFTS = {"draft-speculators": False, "draft-speculators-nbr": True}
 N_PROMPTS = 40
 
 
@@ -90,9 +93,6 @@ def train_target(out: Path, vocab: dict[str, int], log) -> None:
             log(f"target step {step} loss {loss.item():.3f}")
     model.eval()
     model.save_pretrained(str(out))
-    # save_pretrained also copies speculators' own config-class source (config.py, for
-    # trust_remote_code); it is third-party code, not checkpoint data, so it is not kept.
-    (out / "config.py").unlink()
 
 
 def vocab_mapping(stream: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,8 +127,8 @@ def draft_examples(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int)
     return out
 
 
-def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str, int], log
-                ) -> None:
+def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str, int], log,
+                norm_before_residual: bool) -> None:
     """Build, train and save an EAGLE-3 draft with speculators' own Eagle3DraftModel."""
     from speculators import SpeculatorsConfig, VerifierConfig
     from speculators.losses import resolve_loss_config
@@ -143,7 +143,7 @@ def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str
     config = Eagle3SpeculatorConfig(
         transformer_layer_config=layer_config,
         draft_vocab_size=DRAFT_VOCAB,
-        norm_before_residual=NORM_BEFORE_RESIDUAL,
+        norm_before_residual=norm_before_residual,
         eagle_aux_hidden_state_layer_ids=AUX_LAYER_IDS,
         speculators_config=SpeculatorsConfig(
             algorithm="eagle3",
@@ -160,7 +160,7 @@ def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str
 
     seq_len, pack, steps = 64, 8, 1000
     examples = draft_examples(target_dir, stream, 800, seq_len)
-    log(f"draft: {len(examples)} target hidden-state windows")
+    log(f"{out.name}: {len(examples)} target hidden-state windows")
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=2e-3, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=steps, pct_start=0.1)
@@ -186,7 +186,7 @@ def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str
         if step % 100 == 0 or step == steps - 1:
             accs = [metrics[f"full_acc_{k}_sum"] / metrics[f"full_acc_{k}_total"]
                     for k in range(SPECULATIVE_TOKENS)]
-            log(f"draft step {step} loss {loss.item():.3f} acc " +
+            log(f"{out.name} step {step} loss {loss.item():.3f} acc " +
                 " ".join(f"{float(a):.2f}" for a in accs))
     model.eval()
     # The checkpoint names its verifier as a path relative to the repository, not this machine.
@@ -218,7 +218,8 @@ def write_story_draft(demo: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path, help="output folder (replaced)")
+    ap.add_argument("out", type=Path, help="output folder (the folders and files this writes are replaced; "
+                                           "others, such as investigate.yaml, are kept)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # tiny ops: a second thread only adds overhead
     t0 = time.time()
@@ -227,13 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.time() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     out: Path = args.out
-    if out.exists():
-        shutil.rmtree(out)
+    for name in ("target", *DRAFTS, "draft-story"):
+        shutil.rmtree(out / name, ignore_errors=True)
     target_dir = out / "target"
     target_dir.mkdir(parents=True)
     vocab = build_tokenizer(target_dir)
     train_target(target_dir, vocab, log)
-    train_draft(out / "draft-speculators", target_dir, str(target_dir), vocab, log)
+    for name, norm_before_residual in DRAFTS.items():
+        train_draft(out / name, target_dir, str(target_dir), vocab, log, norm_before_residual)
     write_story_draft(out)
     rng = random.Random(SEED)
     lines = [json.dumps({"prompt": p}) for p in corpus.prompts(rng, N_PROMPTS)]

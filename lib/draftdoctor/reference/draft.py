@@ -15,7 +15,8 @@ own); residual = the un-normalised hidden; attention over cat(input_layernorm(em
 hidden_norm(hidden)) (2H wide); post_attention_layernorm with fused residual add; MLP; final norm
 with fused residual add; lm_head over the draft vocabulary. The hidden state handed to the next
 draft step is the pre-norm residual stream. speculators' `norm_before_residual: true` (residual =
-hidden_norm(hidden)) has no equivalent in SGLang; this module computes what SGLang computes.
+hidden_norm(hidden)) has no equivalent in SGLang; `EagleDraft.with_norm_before_residual` computes
+it only as a control, to show what such a draft does when computed as it was trained (as vLLM can).
 """
 
 from __future__ import annotations
@@ -94,14 +95,20 @@ class EagleDraft:
     """One-layer EAGLE-3 draft with SGLang's forward. Use `build_draft` to make one."""
 
     def __init__(self, shape: DraftShape, params: dict[str, torch.Tensor], layer_prefix: str,
-                 hot_token_id: torch.Tensor | None):
+                 hot_token_id: torch.Tensor | None, norm_before_residual: bool = False):
         self.shape = shape
         self.params = params
         self.prefix = layer_prefix
         self.hot_token_id = hot_token_id
+        self.norm_before_residual = norm_before_residual
 
     def new_cache(self) -> KVCache:
         return KVCache.empty(1)
+
+    def with_norm_before_residual(self) -> "EagleDraft":
+        """The same weights computed with speculators' norm_before_residual: true (residual =
+        hidden_norm(hidden)); no SGLang release computes this, so it serves only as a control."""
+        return EagleDraft(self.shape, self.params, self.prefix, self.hot_token_id, norm_before_residual=True)
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids to target ids (SGLang's hot_token_id; identity without d2t)."""
@@ -122,9 +129,9 @@ class EagleDraft:
                                  f"{hidden.shape[-1]} (aux hidden states captured from the wrong "
                                  "number of layers)")
             hidden = F.linear(hidden, w["model.fc.weight"], w.get("model.fc.bias"))
-        residual = hidden
-        x = torch.cat([rms_norm(embeds, w[p + "input_layernorm.weight"], s.eps),
-                       rms_norm(hidden, w[p + "hidden_norm.weight"], s.eps)], dim=-1)
+        normed = rms_norm(hidden, w[p + "hidden_norm.weight"], s.eps)
+        residual = normed if self.norm_before_residual else hidden
+        x = torch.cat([rms_norm(embeds, w[p + "input_layernorm.weight"], s.eps), normed], dim=-1)
         q, k, v = F.linear(x, w[p + "self_attn.qkv_proj.weight"]).split(
             [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1)
         a = attention(q, k, v, positions, s, cache.layers[0])

@@ -13,7 +13,8 @@ One request at a time:
 
 Aux hidden states: SGLang captures the *input* of target layers id + 1 for ids read from the draft
 config's `eagle_config.eagle_aux_hidden_state_layer_ids`, else layers [2, N//2, N-3]
-(`sglang_capture_layers`).
+(`sglang_capture_layers`). Each layer is captured once, so on a 6-layer target the default
+[2, 3, 3] gives two aux states where the draft's fc needs three: `CaptureMismatch`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class GenerateResult:
         return self.accepted_drafts / proposed if proposed else 0.0
 
 
+class CaptureMismatch(ValueError):
+    """The target layers captured do not give the draft's fc the number of aux states it needs;
+    SGLang gets a matrix-shape error the first time the draft runs."""
+
+
 def _stop(tokens: list[int], budget: int, eos: int | None) -> tuple[list[int], bool]:
     """Cut new tokens at the remaining budget or just after EOS; say whether generation ends."""
     kept = tokens[:budget]
@@ -105,10 +111,12 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
     """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify)."""
     if num_steps < 1:
         raise ValueError("num_steps must be at least 1")
-    n_captured = sum(1 for i in capture if 0 <= i < target.n_layers)
-    if n_captured * target.shape.hidden != draft.shape.fc_in:
-        raise ValueError(f"captured target layers {list(capture)} give {n_captured} aux states, the "
-                         f"draft's fc needs {draft.shape.fc_in // target.shape.hidden}")
+    # SGLang tests `i in layers_to_capture` while looping over its layers: each layer once, in order
+    layers = tuple(sorted({i for i in capture if 0 <= i < target.n_layers}))
+    if len(layers) * target.shape.hidden != draft.shape.fc_in:
+        raise CaptureMismatch(f"capturing the input of target layers {list(capture)} gives {len(layers)} distinct aux "
+                              f"states, the draft's fc needs {draft.shape.fc_in // target.shape.hidden}")
+    capture = layers
     tcache, dcache = target.new_cache(), draft.new_cache()
     prompt = torch.tensor(prompt_ids)
     logits, aux = target.forward(prompt, tcache, capture)

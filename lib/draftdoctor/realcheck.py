@@ -1,0 +1,175 @@
+"""Coverage from what an SGLang release's own loader really did (`check --loader real`).
+
+`draftdoctor.realload` runs the release's config reader, model class and `load_weights` in a child
+process and reports every weight write and every key; this module turns that report into the same
+`CoverageReport` the replay produces, so the two can be compared field by field (the differential
+test) and a user reads one format.
+
+When SGLang cannot read the config (speculators' nested format), it builds nothing, so nothing can be
+said about the weights. The check then loads the same tensors once more with the config written the
+way `draftdoctor fix` would write it, and reports that weight coverage together with the
+`config-unreadable` finding carrying SGLang's own message: what the replay reports too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from . import findings as F
+from .checkpoint import open_checkpoint
+from .configs import FLAT, config_format, rewrite_config
+from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
+                       TRAINING_ONLY, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus,
+                       dominant_dtype_bytes, draft_dims)
+from .engines import from_target, parameters, resolve_engine
+from .layouts import detect_layout, is_training_only
+
+STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
+SHAPE_ERRORS = ("Attempted to load weight", "exceeds dimension size", "param_data.shape")
+
+
+class RealCheckError(RuntimeError):
+    """The real loader could not run (release not installed, child crashed, timeout)."""
+
+
+def real_check(path, engine: str, timeout: float = 180.0) -> CoverageReport:
+    """The coverage report of `engine`'s own loader on the checkpoint at `path`."""
+    return real_checks([path], engine, timeout=timeout)[0]
+
+
+def real_checks(paths, engine: str, timeout: float | None = None) -> list[CoverageReport]:
+    """`real_check` of several checkpoints in one child process (SGLang's import cost paid once)."""
+    from .realload import RealLoaderError, run_real_loaders
+
+    profile, release = resolve_engine(engine)
+    checkpoints = [open_checkpoint(p) for p in paths]
+    with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
+        folders = [c.folder for c in checkpoints]
+        # an unreadable config builds nothing: load the tensors once more with the config `fix` writes
+        converted = {i: _with_converted_config(c, profile, Path(scratch) / str(i)) for i, c in enumerate(checkpoints)
+                     if config_format(c.config) != FLAT and c.config is not None}
+        try:
+            raws = run_real_loaders(folders + list(converted.values()), release,
+                                    timeout=timeout or 120.0 + 30.0 * (len(folders) + len(converted)))
+        except (RealLoaderError, ValueError, FileNotFoundError) as e:
+            raise RealCheckError(str(e)) from None
+    extra = dict(zip(converted, raws[len(folders):]))
+    reports = []
+    for i, (checkpoint, raw) in enumerate(zip(checkpoints, raws)):
+        if i in extra and raw.get("error", {}) and raw["error"]["stage"] == "config":
+            report = from_real(extra[i], checkpoint, engine)
+            said = _error_finding(raw["error"], checkpoint)
+            report.findings.insert(0, F.Finding(said.code, said.severity, said.message + (
+                "; SGLang built nothing from this config, so the weight coverage shown is with the config converted "
+                "the way `draftdoctor fix` writes it")))
+        else:
+            report = from_real(raw, checkpoint, engine)
+        reports.append(report)
+    return reports
+
+
+def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
+    """A folder with the checkpoint's files linked in and the config rewritten for the engine."""
+    import json
+
+    folder = scratch / checkpoint.folder.name
+    folder.mkdir(parents=True)
+    for item in checkpoint.folder.iterdir():
+        if item.is_file() and item.name != "config.json":
+            os.symlink(item.resolve(), folder / item.name)
+    rewritten = rewrite_config(checkpoint.config, profile).config
+    (folder / "config.json").write_text(json.dumps(rewritten))
+    return folder
+
+
+def _error_finding(error: dict, checkpoint) -> F.Finding:
+    message = f"{error['type']}: {error['message']}"
+    where = f" (loading {error['key']})" if error.get("key") else ""
+    if error["stage"] == "config":
+        return F.finding("config-unreadable", f"{checkpoint.config_path}: SGLang says \"{message}\"")
+    if error["stage"] == "load" and any(s in error["message"] for s in SHAPE_ERRORS):
+        return F.finding("shape-mismatch", f"SGLang raised{where}: {message}")
+    return F.finding("loader-crash", f"SGLang raised while {'building' if error['stage'] == 'build' else 'loading'}"
+                                     f" the draft{where}: {message}")
+
+
+def from_real(raw: dict, checkpoint, engine: str) -> CoverageReport:
+    """Map a `realload` report onto a CoverageReport (loader "real")."""
+    profile, release = resolve_engine(engine)
+    dims = draft_dims(checkpoint)
+    specs = {p.name: p for p in parameters(profile, dims)}
+    bytes_per = dominant_dtype_bytes(checkpoint)
+    params, keys, findings = [], [], []
+    error = raw.get("error")
+    written_by: dict[str, tuple[str, str | None]] = {}
+    for p in raw["parameters"]:
+        spec = specs.get(p["name"])
+        ok = [w for w in p["writes"] if w["ok"]]
+        for w in ok:
+            written_by[w["key"]] = (p["name"], w["shard"])
+        expected = set(p["shards_expected"] or [])
+        status = ParamStatus(
+            name=p["name"], role=spec.role if spec else "other", shape=tuple(spec.shape if spec else p["shape"]),
+            nbytes=math.prod(spec.shape if spec else p["shape"]) * bytes_per, status=STATUS[p["status"]], keys=[w["key"] for w in ok],
+            shards_written=list(p["shards_written"] or []),
+            shards_missing=sorted(expected - set(p["shards_written"] or [])))
+        shape_error = error and any(m in error["message"] for m in SHAPE_ERRORS)
+        if shape_error and any(not w["ok"] for w in p["writes"]):
+            status.status = MISMATCH
+        status.replaced_by_target = bool(spec) and from_target(profile, dims, spec)
+        if status.replaced_by_target and status.status in (UNINITIALIZED, PARTIAL):
+            status.status = FROM_TARGET
+        params.append(status)
+    seen = {k["key"] for k in raw["keys"]}
+    for k in raw["keys"]:
+        t = checkpoint.tensors.get(k["key"])
+        ks = KeyStatus(k["key"], DROPPED, shape=tuple(k["shape"]), nbytes=t.nbytes if t else 0)
+        if k["consumed_as"] == "parameter":
+            ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k["key"], (k["parameters"][0], None))
+        elif k["consumed_as"] == "attribute":
+            ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k['attributes'])} attribute"
+        elif error and error.get("stage") == "load" and error.get("key") == k["key"]:
+            ks.status, ks.reason = (MISMATCH if any(s in error["message"] for s in SHAPE_ERRORS) else CRASHED,
+                                    error["message"])
+        elif any(sub in k["key"] for sub in profile.ignored_keys):
+            ks.status, ks.reason = IGNORED, "skipped by design"
+        elif is_training_only(k["key"]):
+            ks.status, ks.reason = TRAINING_ONLY, "training-only tensor; no engine parameter exists for it"
+        else:
+            ks.reason = "consumed by no weight loader: skipped" + (" with a warning" if _warned(raw, k["key"]) else " silently")
+        keys.append(ks)
+        if ks.status == LOADED:
+            findings += _resized(ks, specs, profile)
+    for name, t in checkpoint.tensors.items():
+        if name not in seen:
+            keys.append(KeyStatus(name, NOT_REACHED, reason="the load failed before this key", shape=t.shape,
+                                  nbytes=t.nbytes))
+    if error:
+        findings.insert(0, _error_finding(error, checkpoint))
+    report = CoverageReport(engine=f"{profile.engine}=={release}", loader="real", path=str(checkpoint.path),
+                            layout=detect_layout(checkpoint.tensors, checkpoint.config),
+                            config_format=config_format(checkpoint.config), params=params, keys=keys,
+                            findings=findings)
+    report.findings += F.coverage_findings(report)
+    return report
+
+
+def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:
+    """A key written into a parameter of another shape: SGLang pads or narrows row-parallel weights silently."""
+    spec = specs.get(key.param)
+    if spec is None:
+        return []
+    expected = spec.shape if key.shard is None else (
+        next(rows for s, (_, rows) in spec.shards.items() if str(s) == key.shard), *spec.shape[1:])
+    if tuple(key.shape) == tuple(expected):
+        return []
+    return [F.finding("shape-mismatch", (
+        f"{key.key} {list(key.shape)} was loaded into {key.param} {list(expected)} without an error: "
+        f"{profile.engine} pads or cuts it to fit, so the layer computes with the wrong weights"), severity=F.WARNING)]
+
+
+def _warned(raw: dict, key: str) -> bool:
+    return any(key in entry.get("message", "") for entry in raw.get("logs", []))
