@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple
+from .errors import UserError
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"
@@ -37,7 +38,7 @@ DTYPE_BITS = {
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
-class CheckpointError(Exception):
+class CheckpointError(UserError):
     """A checkpoint that cannot be used, with the file (and tensor) at fault."""
 
     def __init__(self, path, problem: str, tensor: str | None = None):

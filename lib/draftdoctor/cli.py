@@ -10,14 +10,7 @@ import csv
 import json
 import sys
 
-from .checkpoint import CheckpointError, open_checkpoint
-from .engines import EngineSpecError
-from .investigate import ParamsError
-from .serving.bench import BenchInputError
-from .serving.client import ClientError
-from .realcheck import RealCheckError
-from .serving.launcher import ServerError
-from .fix import FixError
+from .errors import UserError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 
@@ -36,6 +29,7 @@ def _table(rows: list[dict], columns: list[str], out) -> None:
 
 
 def cmd_inspect(args, out) -> int:
+    from .checkpoint import open_checkpoint
     from .layouts import detect_layout
     from .tables import human_bytes, module_totals, tensor_rows
 
@@ -173,7 +167,7 @@ def _short(value, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-class _UsageError(Exception):
+class _UsageError(UserError):
     pass
 
 
@@ -361,8 +355,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args, sys.stdout)
-    except (CheckpointError, EngineSpecError, FixError, _UsageError, ServerError, BenchInputError, ClientError,
-            ParamsError, RealCheckError) as e:
+    except UserError as e:
         sys.stderr.write(f"draftdoctor: error: {e}\n")
         return EXIT_UNUSABLE
     except KeyboardInterrupt:

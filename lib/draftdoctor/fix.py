@@ -38,13 +38,14 @@ from .coverage import CoverageReport, draft_dims, replay
 from .engines import parameters, resolve_engine
 from .layouts import Layout, detect_layout
 from .renames import choose
+from .errors import UserError
 
 CHUNK = 1 << 20  # copied, then read back from SRC and DST and compared while still in the CPU cache
 SEGMENT = 64 << 20  # unit of work a copy thread takes at a time
 COPY_THREADS = max(1, min(4, os.cpu_count() or 1))  # the copy is memory-bound: more threads, more bandwidth
 
 
-class FixError(Exception):
+class FixError(UserError):
     """Why `fix` cannot proceed: unusable input, an unsafe destination, or a plan that cannot work."""
 
 

@@ -13,12 +13,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from .errors import UserError
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
 
 
-class ParamsError(ValueError):
+class ParamsError(UserError, ValueError):
     """A parameters file that cannot be used."""
 
 

@@ -26,12 +26,13 @@ from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, 
                        dominant_dtype_bytes, draft_dims)
 from .engines import from_target, parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
+from .errors import UserError
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
 SHAPE_ERRORS = ("Attempted to load weight", "exceeds dimension size", "param_data.shape")
 
 
-class RealCheckError(RuntimeError):
+class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
 
 

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..configs import DraftDims
+from ..errors import UserError
 
 SKIP, WARN, CRASH = "skip", "warn", "crash"
 
@@ -26,7 +27,7 @@ STACKED = (
 )
 
 
-class EngineSpecError(ValueError):
+class EngineSpecError(UserError, ValueError):
     """An engine spec that names no known engine or release."""
 
 

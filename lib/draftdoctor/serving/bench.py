@@ -17,9 +17,10 @@ from pathlib import Path
 from .client import BenchResult, avg_spec_accept_length, run_bench
 from .launcher import ServeConfig, free_port, serve
 from .logs import parse_sglang_lines
+from ..errors import UserError
 
 
-class BenchInputError(ValueError):
+class BenchInputError(UserError, ValueError):
     """A prompts file or draft list that cannot be used."""
 
 

@@ -20,13 +20,14 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from ..errors import UserError
 
 
 # meta_info's accepted-draft count, by SGLang release: 0.5.5-0.5.10, 0.5.11, 0.5.23
 ACCEPTED_FIELDS = ("spec_accept_token_num", "spec_accepted_drafts", "spec_num_correct_drafts")
 
 
-class ClientError(RuntimeError):
+class ClientError(UserError, RuntimeError):
     pass
 
 

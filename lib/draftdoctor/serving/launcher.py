@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..engines import parse_version
+from ..errors import UserError
 
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -36,7 +37,7 @@ CUDA_GRAPH_FLAGS = (
 )
 
 
-class ServerError(RuntimeError):
+class ServerError(UserError, RuntimeError):
     """A server that did not come up; `log_tail` holds its last log lines."""
 
     def __init__(self, message: str, log_tail: list[str] | None = None):
