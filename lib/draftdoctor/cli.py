@@ -43,10 +43,11 @@ def cmd_inspect(args, out) -> int:
         out.write("\n")
         return EXIT_OK
     if args.format == "csv":
-        writer = csv.DictWriter(out, fieldnames=["module", "name", "dtype", "shape", "bytes", "file"], lineterminator="\n")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow(r | {"shape": "x".join(map(str, r["shape"]))})
+        columns = ["module", "name", "dtype", "shape", "bytes", "file"]
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([r["module"], r["name"], r["dtype"], "x".join(map(str, r["shape"])), r["bytes"], r["file"]]
+                         for r in rows)
         return EXIT_OK
     totals = {t["module"]: t for t in module_totals(rows)}
     current = None
