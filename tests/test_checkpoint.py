@@ -156,3 +156,16 @@ def test_missing_path_and_empty_folder(tmp_path):
         open_checkpoint(tmp_path / "nope")
     with pytest.raises(CheckpointError, match="no .safetensors file"):
         open_checkpoint(tmp_path)
+
+
+def test_tensor_stored_in_two_shards(draft):
+    folder, index = _sharded(draft)
+    from draftdoctor.synth import write_safetensors
+
+    other = next(f for f in set(index["weight_map"].values()) if f != index["weight_map"]["fc.weight"])
+    write_safetensors(folder / other, {"fc.weight": np.zeros((64, 192), dtype=np.float16),
+                                       **{n: np.zeros(1, dtype=np.float16) for n, f in index["weight_map"].items()
+                                          if f == other}})
+    with pytest.raises(CheckpointError, match="also stored in") as e:
+        open_checkpoint(folder)
+    assert "fc.weight" in str(e.value)

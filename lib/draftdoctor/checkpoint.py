@@ -119,7 +119,7 @@ def _reject_duplicates(path):
 
 def read_header(path: Path) -> ShardHeader:
     """Read and validate one safetensors file's header without touching its data."""
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
     try:
         with open(path, "rb") as f:
             file_size = os.fstat(f.fileno()).st_size
@@ -331,19 +331,27 @@ def _open_checkpoint(path: Path) -> Checkpoint:
     shards = [read_header(f) for f in files.values()]
     tensors: dict[str, TensorInfo] = {}
     for shard in shards:
-        for t in shard.tensors:
-            if t.name in tensors:
-                raise CheckpointError(shard.path, f"tensor also stored in {tensors[t.name].file.name}", tensor=t.name)
-            tensors[t.name] = t
+        before = len(tensors)
+        tensors.update((t.name, t) for t in shard.tensors)
+        if len(tensors) != before + len(shard.tensors):  # a name seen in an earlier shard
+            _raise_duplicate(shards, shard)
     if index is not None:
         index_path = folder / INDEX_NAME if (folder / INDEX_NAME).exists() else path
-        for tensor, name in index["weight_map"].items():
+        weight_map = index["weight_map"]
+        for tensor, name in weight_map.items():
             found = tensors.get(tensor)
             if found is None:
                 raise CheckpointError(index_path, f"listed in {name} but not in that file's header", tensor=tensor)
-            if found.file != files[name]:
+            if found.file is not files[name]:  # read_header keeps the Path object it was given
                 raise CheckpointError(index_path, f"listed in {name} but stored in {found.file.name}", tensor=tensor)
-        for name, t in tensors.items():
-            if name not in index["weight_map"]:
-                raise CheckpointError(t.file, f"not listed in {index_path.name}", tensor=name)
+        unlisted = tensors.keys() - weight_map.keys()
+        if unlisted:
+            name = min(unlisted)
+            raise CheckpointError(tensors[name].file, f"not listed in {index_path.name}", tensor=name)
     return Checkpoint(path=path, shards=shards, tensors=tensors, config=read_config(folder), index=index)
+
+
+def _raise_duplicate(shards: list[ShardHeader], shard: ShardHeader) -> None:
+    earlier = {t.name: s for s in shards[:shards.index(shard)] for t in s.tensors}
+    name = next(t.name for t in shard.tensors if t.name in earlier)
+    raise CheckpointError(shard.path, f"tensor also stored in {earlier[name].path.name}", tensor=name)
