@@ -6,6 +6,8 @@ the same rows in DataFrames for notebooks.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from .checkpoint import Checkpoint, gc_paused
 
 
@@ -27,18 +29,20 @@ def tensor_rows(checkpoint: Checkpoint) -> list[dict]:
 
 
 def _tensor_rows(checkpoint: Checkpoint) -> list[dict]:
-    rows = [
-        {"module": module_prefix(t.name), "name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-         "bytes": t.end - t.begin, "file": file}
-        for shard in checkpoint.shards
-        for file in [shard.path.name]
-        for t in shard.tensors
-    ]
-    order = {}
-    for r in rows:
-        order.setdefault(r["module"], len(order))
-    rows.sort(key=lambda r: (order[r["module"]], r["name"]))
-    return rows
+    groups: dict[str, list[dict]] = {}  # module -> rows, modules in order of first appearance
+    for shard in checkpoint.shards:
+        file = shard.path.name
+        for t in shard.tensors:
+            module = module_prefix(t.name)
+            row = {"module": module, "name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+                   "bytes": t.end - t.begin, "file": file}
+            group = groups.get(module)
+            if group is None:
+                groups[module] = [row]
+            else:
+                group.append(row)
+    by_name = itemgetter("name")
+    return [row for group in groups.values() for row in sorted(group, key=by_name)]
 
 
 def tensor_frame(checkpoint: Checkpoint):
