@@ -13,10 +13,8 @@ from .checkpoint import Checkpoint, gc_paused
 
 def module_prefix(name: str) -> str:
     """The module a tensor belongs to: 'layers.0.mlp.up_proj.weight' -> 'layers.0', 'fc.weight' -> 'fc'."""
-    parts = name.split(".")
-    take = 1
-    if parts[0] == "model" and len(parts) > 2:
-        take = 2
+    parts = name.split(".", 3)  # the prefix is at most three parts: model.layers.N
+    take = 2 if parts[0] == "model" and len(parts) > 2 else 1
     if len(parts) > take + 1 and parts[take].isdigit():
         take += 1
     return ".".join(parts[:take]) if len(parts) > take else parts[0]
