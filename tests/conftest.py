@@ -29,3 +29,15 @@ def draft(tmp_path):
         return write_draft(tmp_path / f"{layout}-{next(counter)}", shape, layout=layout, **kwargs)
 
     return make
+
+
+def require_release(release: str) -> None:
+    """Skip unless SGLang `release` is installed for the real loader; in CI its absence is a failure."""
+    from draftdoctor.realload import ReleaseNotInstalled, release_env
+
+    try:
+        release_env(release)
+    except ReleaseNotInstalled as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must install the real loaders: {exc}")
+        pytest.skip(str(exc))

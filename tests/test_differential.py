@@ -2,10 +2,9 @@
 parameter's status and every finding code, for each supported release. Where they disagree, the
 profile is wrong (issue 4). Needs `make sglang-loaders` (run by `make test`); fails in CI without it."""
 
-import os
-
 import numpy as np
 import pytest
+from conftest import require_release
 
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.coverage import replay
@@ -28,20 +27,9 @@ CORPUS = {
 }
 
 
-def installed(release):
-    try:
-        realload.release_env(release)
-        return True
-    except realload.ReleaseNotInstalled:
-        return False
-
-
 @pytest.mark.parametrize("release", realload.SUPPORTED_RELEASES)
 def test_replay_and_real_loader_agree(draft, release):
-    if not installed(release):
-        if os.environ.get("CI"):
-            pytest.fail(f"sglang {release} is not installed: `make sglang-loaders` must run before the tests in CI")
-        pytest.skip(f"sglang {release} not installed: run `make sglang-loaders`")
+    require_release(release)
     folders = {name: draft(**spec) for name, spec in CORPUS.items()}
     engine = f"sglang=={release}"
     reals = real_checks(list(folders.values()), engine)
@@ -69,8 +57,7 @@ def test_reference_backend_weights_are_the_same_with_the_real_loader():
     from draftdoctor.reference.llama import TargetModel
     from draftdoctor.reference.loading import load_for_engine
 
-    if not installed("0.5.10"):
-        pytest.skip("sglang 0.5.10 not installed: run `make sglang-loaders`")
+    require_release("0.5.10")
     demo = Path(__file__).resolve().parents[1] / "data" / "demo"
     target = TargetModel.from_dir(demo / "target")
     real = load_for_engine(demo / "draft-story", "sglang==0.5.10", target, loader="real")

@@ -518,15 +518,10 @@ def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch):
 def test_sglang_own_loader_writes_every_parameter_of_the_fixed_draft(draft, tmp_path, release):
     """The proof beyond the replay: SGLang's real load_weights (on CPU, `make sglang-loaders`) over
     fix's output, from speculators' layout and nested config, and from `model.`-prefixed keys."""
+    from conftest import require_release
     from draftdoctor.realcheck import real_checks
-    from draftdoctor.realload import ReleaseNotInstalled, release_env
 
-    try:
-        release_env(release)
-    except ReleaseNotInstalled as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must install the real loaders: {exc}")
-        pytest.skip(str(exc))
+    require_release(release)
     engine = f"sglang=={release}"
     sources = [draft("speculators"), draft("prefixed"), draft("midlayer", config="speculators")]
     outputs = [apply_fix(plan_fix(src, engine), tmp_path / f"out-{i}").dst for i, src in enumerate(sources)]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_release
 from safetensors.numpy import save_file
 
 from draftdoctor import realload
@@ -106,13 +107,7 @@ def corpus(tmp_path_factory):
     return built
 
 
-def require(release):
-    try:
-        release_env(release)
-    except ReleaseNotInstalled as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must install the real loaders: {exc}")
-        pytest.skip(str(exc))
+require = require_release
 
 
 @pytest.fixture(scope="module")

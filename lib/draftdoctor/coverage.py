@@ -281,14 +281,10 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
         ks = KeyStatus(key, status, target, None if shard is None else str(shard), reason, t.shape, t.nbytes)
         if status == LOADED:
             spec = specs[target]
-            expected = spec.shape if shard is None else (spec.shards[shard][1], *spec.shape[1:])
+            expected = spec.shard_shape(shard)
             if tuple(t.shape) != tuple(expected) and _resized_silently(profile, target, t.shape, expected):
                 _mark_written(params[target], key, shard)
-                findings.append(F.finding(
-                    "shape-mismatch",
-                    f"{key} {list(t.shape)} was loaded into {target} {list(expected)} without an error: "
-                    f"{profile.engine} pads or cuts it to fit, so the layer computes with the wrong weights",
-                    severity=F.WARNING))
+                findings.append(resized_finding(profile, key, t.shape, target, expected))
             elif tuple(t.shape) != tuple(expected):
                 ks.status, ks.reason = MISMATCH, f"shape {list(t.shape)} does not fit {target} {list(expected)}"
                 params[target].status = MISMATCH
@@ -316,6 +312,13 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
             p.status = FROM_TARGET
     report.findings += F.coverage_findings(report)
     return report
+
+
+def resized_finding(profile: Profile, key: str, shape, param: str, expected) -> F.Finding:
+    """A key the engine loaded into a parameter of another shape, padding or cutting it to fit."""
+    return F.finding("shape-mismatch", (
+        f"{key} {list(shape)} was loaded into {param} {list(expected)} without an error: "
+        f"{profile.engine} pads or cuts it to fit, so the layer computes with the wrong weights"), severity=F.WARNING)
 
 
 def _resized_silently(profile: Profile, param: str, got, expected) -> bool:

@@ -23,7 +23,7 @@ from .checkpoint import open_checkpoint
 from .configs import FLAT, config_format, rewrite_config
 from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
                        TRAINING_ONLY, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus,
-                       dominant_dtype_bytes, draft_dims)
+                       dominant_dtype_bytes, draft_dims, resized_finding)
 from .engines import from_target, parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
@@ -163,13 +163,10 @@ def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:
     spec = specs.get(key.param)
     if spec is None:
         return []
-    expected = spec.shape if key.shard is None else (
-        next(rows for s, (_, rows) in spec.shards.items() if str(s) == key.shard), *spec.shape[1:])
+    expected = spec.shard_shape(key.shard)
     if tuple(key.shape) == tuple(expected):
         return []
-    return [F.finding("shape-mismatch", (
-        f"{key.key} {list(key.shape)} was loaded into {key.param} {list(expected)} without an error: "
-        f"{profile.engine} pads or cuts it to fit, so the layer computes with the wrong weights"), severity=F.WARNING)]
+    return [resized_finding(profile, key.key, key.shape, key.param, expected)]
 
 
 def _warned(raw: dict, key: str) -> bool:

@@ -40,6 +40,14 @@ class ParamSpec:
     role: str  # embed | fc | layer | norm | lm_head | vocab-map
     shards: dict = field(default_factory=dict)
 
+    def shard_range(self, shard) -> tuple[int, int]:
+        """(row offset, rows) of a shard, given by its id or its id as a string ("q", "0")."""
+        return next(v for s, v in self.shards.items() if str(s) == str(shard))
+
+    def shard_shape(self, shard) -> tuple[int, ...]:
+        """The shape a checkpoint tensor must have to load into `shard` (None: the whole parameter)."""
+        return self.shape if shard is None else (self.shard_range(shard)[1], *self.shape[1:])
+
 
 @dataclass(frozen=True)
 class Profile:

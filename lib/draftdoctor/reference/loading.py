@@ -64,7 +64,7 @@ def load_for_engine(draft_dir, engine: str, target: TargetModel, loader: str = "
             state[key.param] = tensors[key.key]
             continue
         full = state.setdefault(key.param, initial_value(key.param, spec.shape).clone())
-        offset, rows = next(v for s, v in spec.shards.items() if str(s) == key.shard)
+        offset, rows = spec.shard_range(key.shard)
         full[offset:offset + rows] = tensors[key.key]
     written = {p.name for p in report.params if p.status in ("written", "partial")}
     draft = build_draft(checkpoint.config, state, written, hot_token_id, layer_prefix=profile.layer_name(0))

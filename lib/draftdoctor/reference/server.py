@@ -25,7 +25,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ..engines import parse_version, resolve_engine
+from ..engines import resolve_engine
+from ..serving.client import spec_count_fields
 from ..serving.launcher import READY_LINE
 from ..serving.logs import format_decode_line
 
@@ -33,24 +34,8 @@ MAX_BODY = 1 << 20  # bytes; larger requests get 413
 MAX_NEW_TOKENS = 4096
 BACKEND = "reference (CPU) backend"
 
-# Per-request meta_info speculative fields by SGLang release (read from 0.5.10, 0.5.11 and 0.5.23;
-# releases between two that were read are assumed to match the earlier one):
-# (first release, names of accepted / proposed draft counts or None, histogram and rate/length present)
-META_FIELDS = (
-    ("0.0.0", None, False),
-    ("0.5.5", ("spec_accept_token_num", "spec_draft_token_num"), True),
-    ("0.5.11", ("spec_accepted_drafts", "spec_proposed_drafts"), True),
-    ("0.5.23", ("spec_num_correct_drafts", "spec_num_proposed_drafts"), True),
-)
-
-
 def log(message: str) -> None:
     print(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {message}", flush=True)
-
-
-def meta_fields(release: str):
-    v = parse_version(release)
-    return [row for row in META_FIELDS if parse_version(row[0]) <= v][-1][1:]
 
 
 class ReferenceEngine:
@@ -88,13 +73,11 @@ class ReferenceEngine:
         meta = {"prompt_tokens": len(ids), "completion_tokens": result.completion_tokens,
                 "spec_verify_ct": result.spec_verify_ct, "finish_reason": {"type": "length"},
                 "backend": "reference"}
-        counts, detailed = meta_fields(self.release)
+        counts = spec_count_fields(self.release)
         if counts and result.spec_verify_ct:
             accepted, proposed = result.accepted_drafts, result.spec_verify_ct * (self.k - 1)
             meta |= {"spec_accept_rate": accepted / proposed, "spec_accept_length": result.accept_length,
-                     counts[0]: accepted, counts[1]: proposed}
-        if detailed and result.spec_verify_ct:
-            meta["spec_accept_histogram"] = _histogram(result)
+                     counts[0]: accepted, counts[1]: proposed, "spec_accept_histogram": _histogram(result)}
         return {"text": self.tokenizer.decode(result.output_ids), "output_ids": result.output_ids, "meta_info": meta}
 
     def _count(self, result) -> None:

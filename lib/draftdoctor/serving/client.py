@@ -23,8 +23,24 @@ from dataclasses import asdict, dataclass, field
 from ..errors import UserError
 
 
-# meta_info's accepted-draft count, by SGLang release: 0.5.5-0.5.10, 0.5.11, 0.5.23
-ACCEPTED_FIELDS = ("spec_accept_token_num", "spec_accepted_drafts", "spec_num_correct_drafts")
+# meta_info's (accepted, proposed) draft-count fields by SGLang release, with spec_accept_rate,
+# spec_accept_length and spec_accept_histogram beside them (read from 0.5.10, 0.5.11 and 0.5.23;
+# releases between two that were read are assumed to match the earlier one): (first release, names or None)
+SPEC_COUNT_FIELDS = (
+    ("0.0.0", None),
+    ("0.5.5", ("spec_accept_token_num", "spec_draft_token_num")),
+    ("0.5.11", ("spec_accepted_drafts", "spec_proposed_drafts")),
+    ("0.5.23", ("spec_num_correct_drafts", "spec_num_proposed_drafts")),
+)
+ACCEPTED_FIELDS = tuple(names[0] for _, names in SPEC_COUNT_FIELDS if names)
+
+
+def spec_count_fields(release: str) -> tuple[str, str] | None:
+    """The (accepted, proposed) meta_info field names `release` writes, or None before 0.5.5."""
+    from ..engines import parse_version
+
+    v = parse_version(release)
+    return [names for first, names in SPEC_COUNT_FIELDS if parse_version(first) <= v][-1]
 
 
 class ClientError(UserError, RuntimeError):
