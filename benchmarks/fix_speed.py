@@ -1,12 +1,16 @@
 """How fast and lean `draftdoctor fix` is on a Llama-3.1-8B-sized draft, against `cp` and the story's script.
 
 Generates a 1.9 GB Llama-3.1-8B-shaped speculators draft (synth.LLAMA_8B, random data) in a temporary
-folder under build/, then in this one run times, as subprocesses, alternating and repeated:
+folder under build/, then in this one run times, as subprocesses:
   - cp:     `cp` of the same safetensors file (the floor: bytes moved, nothing checked);
   - fix:    `draftdoctor fix SRC --engine sglang==0.5.10 --out DST` (rename, config rewrite, copy,
-            checksum of every tensor in SRC and DST, header re-read, coverage replay);
+            comparison of every tensor's bytes in DST with SRC, header re-read, coverage replay);
   - script: the story's script, safetensors load_file -> rename layers.0. -> midlayer. -> save_file
             (torch; run with this venv's python).
+After one uncounted run each of cp and fix (a VM hands memory back lazily, so first runs pay more),
+cp and fix run in adjacent pairs, alternating which goes first; the script's runs come after them,
+because its 2 GB of tensors disturb whatever runs next. The package's bytecode is compiled first,
+as `pip install` does (with PYTHONDONTWRITEBYTECODE set, every run would otherwise recompile it).
 Each run is preceded by a `sync` so one run's write-back does not slow the next, and measured by a
 wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
 whose RSS includes the few MB the child inherits from the wrapper before exec).
@@ -15,6 +19,7 @@ Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep]
 """
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -76,12 +81,15 @@ def main():
             "fix": lambda out: [str(BIN / "draftdoctor"), "fix", str(src), "--engine", "sglang==0.5.10", "--out", str(out)],
             "script": lambda out: [sys.executable, "-c", STORY_SCRIPT, str(src / "model.safetensors"), str(out)],
         }
+        compileall.compile_dir(ROOT / "lib" / "draftdoctor", quiet=1)
         runs = {name: [] for name in commands}
-        for i in range(args.repeat):
-            for name, command in commands.items():
-                out = work / f"out-{name}"
-                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
-                runs[name].append(measure(command(out)))
+        order = [name for i in range(args.repeat) for name in (("cp", "fix"), ("fix", "cp"))[i % 2]]
+        for name in ["cp", "fix"]:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
+            measure(commands[name](work / f"warm-{name}"))
+        for name in order + ["script"] * args.repeat:
+            out = work / f"out-{name}"
+            shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+            runs[name].append(measure(commands[name](out)))
         report(runs)
     finally:
         if not args.keep:

@@ -121,20 +121,24 @@ def test_sharded_input_keeps_shards_and_rewrites_the_index(draft, tmp_path):
     assert tensor_bytes(tmp_path / "out")["midlayer.mlp.up_proj.weight"] == tensor_bytes(src)["layers.0.mlp.up_proj.weight"]
 
 
-def test_output_is_a_valid_safetensors_file_for_the_reference_reader(draft, tmp_path):
+@pytest.mark.parametrize("layout,prefix", [("speculators", ""), ("prefixed", "model.")])
+def test_output_is_a_valid_safetensors_file_for_the_reference_reader(draft, tmp_path, layout, prefix):
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
-    src = draft("speculators")
+    src = draft(layout)
     apply_fix(plan_fix(src, "sglang==0.5.10"), tmp_path / "out")
     path = tmp_path / "out" / "model.safetensors"
     header_len = int.from_bytes(path.read_bytes()[:8], "little")
+    src_header_len = int.from_bytes((src / "model.safetensors").read_bytes()[:8], "little")
     assert header_len % 8 == 0
+    assert (8 + header_len) % fixmod.PAGE == (8 + src_header_len) % fixmod.PAGE  # the kernel copies whole pages
     with safe_open(str(path), "np") as f:
         assert f.metadata() == {"format": "pt"}
     new, old = load_file(str(path)), load_file(str(src / "model.safetensors"))
-    np.testing.assert_array_equal(new["midlayer.self_attn.q_proj.weight"], old["layers.0.self_attn.q_proj.weight"])
-    np.testing.assert_array_equal(new["d2t"], old["d2t"])
+    layer = prefix + ("layers.0." if layout == "speculators" else "midlayer.")
+    np.testing.assert_array_equal(new["midlayer.self_attn.q_proj.weight"], old[layer + "self_attn.q_proj.weight"])
+    np.testing.assert_array_equal(new["d2t"], old[prefix + "d2t"])
 
 
 def test_other_files_are_copied_and_stale_weights_are_not(draft, tmp_path):
@@ -484,10 +488,10 @@ def test_malformed_config_is_refused_in_one_line(draft, tmp_path, change):
     one_line_error(code, err, "config.json")
 
 
-def test_many_threads_and_small_chunks_copy_every_byte_and_report_progress(draft, tmp_path, monkeypatch):
-    monkeypatch.setattr(fixmod, "COPY_THREADS", 3)
-    monkeypatch.setattr(fixmod, "SEGMENT", 12288)
+def test_small_chunks_and_a_short_comparison_lag_copy_every_byte_and_report_progress(draft, tmp_path, monkeypatch):
+    monkeypatch.setattr(fixmod, "VERIFY_LAG", 1)
     monkeypatch.setattr(fixmod, "CHUNK", 4096)
+    monkeypatch.setattr(fixmod, "COMPARE_PIECE", 1000)  # pieces that do not divide a chunk
     src = draft("speculators", shards=2)
     seen = []
     plan = plan_fix(src, "sglang==0.5.10")
@@ -498,7 +502,10 @@ def test_many_threads_and_small_chunks_copy_every_byte_and_report_progress(draft
     assert {renamed[k]: v for k, v in copied.items()} == tensor_bytes(src)
 
 
-def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch):
+@pytest.mark.parametrize("chunk,piece", [(fixmod.CHUNK, fixmod.COMPARE_PIECE), (4096, 1000)])
+def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch, chunk, piece):
+    monkeypatch.setattr(fixmod, "CHUNK", chunk)
+    monkeypatch.setattr(fixmod, "COMPARE_PIECE", piece)
     src = draft("speculators")
     fc = open_checkpoint(src).tensors["fc.weight"]
     real_copy = fixmod._Copier.copy

@@ -106,11 +106,10 @@ def cmd_fix(args, out) -> int:
     if args.out is None:
         raise _UsageError("fix needs --out DST (or --plan to only show the plan)")
     bar = None
-    if plan.bytes_to_copy >= PROGRESS_MIN_BYTES:
+    if plan.bytes_to_copy >= PROGRESS_MIN_BYTES and sys.stderr.isatty():  # tqdm's own rule; its import costs 60 ms
         from tqdm import tqdm
 
-        bar = tqdm(total=plan.bytes_to_copy, unit="B", unit_scale=True, desc="copying", file=sys.stderr,
-                   disable=None, leave=False)
+        bar = tqdm(total=plan.bytes_to_copy, unit="B", unit_scale=True, desc="copying", file=sys.stderr, leave=False)
     try:
         result = apply_fix(plan, args.out, force=args.force, allow_lossy=args.allow_lossy,
                            progress=bar.update if bar else None)

@@ -5,16 +5,18 @@ engine reads (`configs.rewrite_config`), the other files to copy, and the covera
 loader would give the result (its replay over the renamed headers). `apply_fix` carries the plan
 out without loading a tensor: each shard gets a new header and its data bytes are copied by the
 kernel (`copy_file_range`, else `sendfile`, else a bounded buffer) into a temporary folder beside
-DST, 1 MB at a time, and each chunk is read back from SRC and DST and compared while it is still
-in the CPU cache. Then DST's headers are re-read and checked against the plan and the engine's
-loader is replayed over them; only a verified result is renamed into place. SRC is only ever
-opened for reading, and on any failure or interrupt everything written is removed.
+DST, 1 MB at a time, while a second thread reads each copied chunk back from SRC and DST and
+compares the two, trailing the copy by a few chunks so both are still in the CPU cache. Then DST's
+headers are re-read and checked against the plan and the engine's loader is replayed over them;
+only a verified result is renamed into place. SRC is only ever opened for reading, and on any
+failure or interrupt everything written is removed.
 
 Why compare chunks in the cache rather than hash: copying 1.9 GB from the page cache is bound by
-memory bandwidth (`cp` 0.55 s here). Hashing SRC and DST afterwards, or in a thread trailing the
-copy, reads 3.8 GB more from memory and took 2-3x `cp`; CRC-32 alone costs 1.3 CPU-seconds and
-SHA-256 about 4. Comparing each chunk right after copying it costs a few cache-speed copies, and
-the check is exact.
+memory bandwidth (`cp` 0.5 s here). Hashing SRC and DST afterwards reads 3.8 GB more from memory
+and took 2-3x `cp`; CRC-32 alone costs 1.3 CPU-seconds and SHA-256 about 4. Reading a chunk back
+while it is cache-hot costs a cache-speed copy, on the other core, and the check is exact.
+Why one writer: threads writing one file contend for its inode lock (the kernel spins on it), and
+`pwrite` from a user buffer measured far slower than the kernel's own page-to-page copy.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from .layouts import Layout, detect_layout
 from .renames import choose
 from .errors import UserError
 
-CHUNK = 1 << 20  # copied, then read back from SRC and DST and compared while still in the CPU cache
-SEGMENT = 64 << 20  # unit of work a copy thread takes at a time
-COPY_THREADS = max(1, min(4, os.cpu_count() or 1))  # the copy is memory-bound: more threads, more bandwidth
+CHUNK = 4 << 20  # copied in one call, then read back from SRC and DST and compared
+COMPARE_PIECE = 64 << 10  # read back in pieces this size: the two buffers stay in the core's own cache
+PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
+VERIFY_LAG = 2  # chunks the comparison may trail the copy by: few enough to stay in the CPU cache
 
 
 class FixError(UserError):
@@ -386,7 +389,7 @@ def _write_shard(plan: FixPlan, shard: ShardHeader, folder: Path, copier, progre
         header[names[t.name]] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
         offset += t.nbytes
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)  # as the reference writer pads
+    raw += b" " * _header_padding(len(raw), kept[0].begin if kept else 8)
     out_path = folder / shard.path.name
     planned, position = [], 8 + len(raw)
     for t in kept:
@@ -398,6 +401,16 @@ def _write_shard(plan: FixPlan, shard: ShardHeader, folder: Path, copier, progre
         bad = _copy_and_compare(src.fileno(), out.fileno(), _runs(planned), copier, shard.path, progress)
     mismatched = {p.name for p in planned for lo, hi in bad if lo < p.dst_begin + p.nbytes and p.dst_begin < hi}
     return planned, mismatched
+
+
+def _header_padding(header_length: int, src_data_start: int) -> int:
+    """Spaces to end a header with: to a multiple of 8, as the reference writer pads, and further so
+    that DST's data starts at the same offset within a page as SRC's. The kernel copies whole pages
+    between page-aligned ranges; shifted by a few bytes, the same copy took 1.5x as long."""
+    pad = -header_length % 8
+    if src_data_start % 8 == 0:
+        pad += (src_data_start - (8 + header_length + pad)) % PAGE
+    return pad
 
 
 def _runs(planned: list[_Planned]):
@@ -418,7 +431,6 @@ class _Copier:
 
     def __init__(self):
         self.method = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile"
-        self._position = threading.Lock()  # sendfile writes at DST's file position, shared by threads
 
     def copy(self, src_fd: int, dst_fd: int, src_off: int, dst_off: int, count: int, src_path) -> None:
         while count > 0:
@@ -438,9 +450,8 @@ class _Copier:
                 self.method = "sendfile"
         if self.method == "sendfile":
             try:
-                with self._position:
-                    os.lseek(dst_fd, dst_off, os.SEEK_SET)
-                    return os.sendfile(dst_fd, src_fd, src_off, count)
+                os.lseek(dst_fd, dst_off, os.SEEK_SET)  # sendfile writes at DST's position; one writer
+                return os.sendfile(dst_fd, src_fd, src_off, count)
             except OSError as e:
                 if e.errno not in self._UNSUPPORTED:
                     raise
@@ -454,61 +465,49 @@ class _Copier:
 
 
 def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress) -> list[tuple[int, int]]:
-    """Copy the runs with COPY_THREADS threads; each copies a chunk, reads it back from SRC and DST
-    and compares the two while they are still in the CPU cache, so verifying every byte adds little
-    to a copy that is bound by memory bandwidth. Returns the DST ranges whose bytes differ.
+    """Copy the runs chunk by chunk in this thread while another thread reads each copied chunk back
+    from SRC and DST and compares them, at most VERIFY_LAG chunks behind. Returns the DST ranges
+    whose bytes differ.
 
-    Only the calling thread reports progress and receives KeyboardInterrupt; on any error the
-    threads stop after their current chunk and the first error is raised here.
+    This thread reports progress and receives KeyboardInterrupt; an error in either thread stops
+    both and is raised here.
     """
-    segments = queue.SimpleQueue()
-    for src_off, dst_off, length in runs:
-        for start in range(0, length, SEGMENT):
-            segments.put((src_off + start, dst_off + start, min(SEGMENT, length - start)))
-    state = {"done": 0, "bad": [], "errors": []}
-    lock, stop = threading.Lock(), threading.Event()
+    copied = queue.Queue(VERIFY_LAG)
+    state = {"bad": [], "error": None}
 
-    def work():
-        a, b = bytearray(CHUNK), bytearray(CHUNK)
-        try:
-            while not stop.is_set():
-                try:
-                    src_off, dst_off, length = segments.get_nowait()
-                except queue.Empty:
-                    return
-                while length > 0 and not stop.is_set():
-                    n = min(CHUNK, length)
-                    copier.copy(src_fd, dst_fd, src_off, dst_off, n, src_path)
-                    got, want = _read_exactly(dst_fd, dst_off, b, n, "DST"), _read_exactly(src_fd, src_off, a, n, src_path)
-                    bad = [] if got == want else _differing(got, want, dst_off)
-                    with lock:
-                        state["done"] += n
-                        state["bad"] += bad
-                    src_off, dst_off, length = src_off + n, dst_off + n, length - n
-        except BaseException as e:  # raised again in the calling thread
-            state["errors"].append(e)
-            stop.set()
+    def compare():
+        a, b = bytearray(COMPARE_PIECE), bytearray(COMPARE_PIECE)
+        while (chunk := copied.get()) is not None:
+            if state["error"] is not None:
+                continue  # drain, so the copy never waits on a full queue
+            src_off, dst_off, length = chunk
+            try:
+                for start in range(0, length, COMPARE_PIECE):
+                    n = min(COMPARE_PIECE, length - start)
+                    got = _read_exactly(dst_fd, dst_off + start, b, n, "DST")
+                    want = _read_exactly(src_fd, src_off + start, a, n, src_path)
+                    if got != want:
+                        state["bad"] += _differing(got, want, dst_off + start)
+            except BaseException as e:  # raised again in the copying thread
+                state["error"] = e
 
-    threads = [threading.Thread(target=work, name=f"draftdoctor-copy-{i}", daemon=True) for i in range(COPY_THREADS)]
-    reported = 0
+    checker = threading.Thread(target=compare, name="draftdoctor-compare", daemon=True)
+    checker.start()
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.1)
-                if progress and state["done"] > reported:
-                    progress(state["done"] - reported)
-                    reported = state["done"]
-    except BaseException:
-        stop.set()
-        for t in threads:
-            t.join()
-        raise
-    if progress and state["done"] > reported:
-        progress(state["done"] - reported)
-    if state["errors"]:
-        raise state["errors"][0]
+        for src_off, dst_off, length in runs:
+            for start in range(0, length, CHUNK):
+                if state["error"] is not None:
+                    raise state["error"]
+                n = min(CHUNK, length - start)
+                copier.copy(src_fd, dst_fd, src_off + start, dst_off + start, n, src_path)
+                copied.put((src_off + start, dst_off + start, n))
+                if progress:
+                    progress(n)
+    finally:
+        copied.put(None)
+        checker.join()
+    if state["error"] is not None:
+        raise state["error"]
     return state["bad"]
 
 
