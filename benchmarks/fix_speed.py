@@ -85,7 +85,7 @@ def main():
         runs = {name: [] for name in commands}
         order = [name for i in range(args.repeat) for name in (("cp", "fix"), ("fix", "cp"))[i % 2]]
         for name in ["cp", "fix"]:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
-            measure(commands[name](work / f"warm-{name}"))
+            measure(commands[name](work / f"out-{name}"))
         for name in order + ["script"] * args.repeat:
             out = work / f"out-{name}"
             shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)

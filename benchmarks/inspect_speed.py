@@ -4,10 +4,12 @@ Generates (once, in build/bench/kimi-sparse) 64 sparse shards holding about 10^5
 data are holes (a multi-TB checkpoint on almost no disk), then times in this one run:
   - baseline: a bare loop that opens each shard and reads its 8-byte length and JSON header;
   - inspect:  draftdoctor's open_checkpoint (all validation) + the tensor table;
-  - cli:      the whole `draftdoctor inspect --format csv` command as a subprocess (startup included).
+  - cli:      the whole `draftdoctor inspect` command, each output format, as a subprocess (startup
+              included; the package's bytecode compiled first, as `pip install` does).
 Prints the times and the ratios to the baseline. Usage: .venv/bin/python benchmarks/inspect_speed.py
 """
 
+import compileall
 import json
 import struct
 import subprocess
@@ -17,9 +19,10 @@ from pathlib import Path
 
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.synth import write_shards
-from draftdoctor.tables import tensor_rows
+from draftdoctor.tables import tensor_columns
 
 ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 FOLDER = ROOT / "build" / "bench" / "kimi-sparse"
 LAYERS, EXPERTS, SHARDS = 61, 540, 64
 
@@ -63,16 +66,18 @@ def best_of(fn, repeat=5):
 
 def main():
     build()
+    compileall.compile_dir(ROOT / "lib" / "draftdoctor", quiet=1)
     n = bare_loop()
     size = sum(json.loads((FOLDER / "model.safetensors.index.json").read_text())["metadata"].values())
     print(f"checkpoint: {SHARDS} shards, {n} tensors, {size / 1e12:.1f} TB claimed (sparse)")
     base = best_of(bare_loop)
-    inspect = best_of(lambda: tensor_rows(open_checkpoint(FOLDER)))
-    cli = best_of(lambda: subprocess.run([sys.executable, "-m", "draftdoctor.cli", "inspect", str(FOLDER), "--format", "csv"],
-                                         check=True, stdout=subprocess.DEVNULL), repeat=3)
-    print(f"bare header loop   {base:7.3f} s   1.00x")
-    print(f"inspect (library)  {inspect:7.3f} s   {inspect / base:.2f}x")
-    print(f"inspect (CLI, csv) {cli:7.3f} s   {cli / base:.2f}x")
+    inspect = best_of(lambda: tensor_columns(open_checkpoint(FOLDER)))
+    print(f"bare header loop    {base:7.3f} s   1.00x")
+    print(f"inspect (library)   {inspect:7.3f} s   {inspect / base:.2f}x")
+    for fmt in ("text", "csv", "json"):
+        command = [str(BIN / "draftdoctor"), "inspect", str(FOLDER), "--format", fmt]
+        cli = best_of(lambda: subprocess.run(command, check=True, stdout=subprocess.DEVNULL), repeat=3)
+        print(f"inspect (CLI, {fmt:4}) {cli:7.3f} s   {cli / base:.2f}x")
 
 
 if __name__ == "__main__":

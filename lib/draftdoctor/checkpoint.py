@@ -19,8 +19,11 @@ import os
 import struct
 from collections import namedtuple
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from operator import attrgetter
+from dataclasses import dataclass
+from functools import partial
+from itertools import chain, repeat
+from math import prod
+from operator import add, attrgetter, itemgetter, mul, sub
 from pathlib import Path
 from .errors import UserError
 
@@ -34,6 +37,8 @@ DTYPE_BITS = {
     "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
     "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
 }
+
+DTYPE_NAMES = {name: name for name in DTYPE_BITS}
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -68,7 +73,6 @@ class ShardHeader:
     header_len: int
     tensors: list[TensorInfo]
     metadata: dict[str, str] | None
-    raw_header: dict = field(repr=False, default_factory=dict)
 
     @property
     def data_start(self) -> int:
@@ -103,12 +107,12 @@ class Checkpoint:
 
 def _reject_duplicates(path):
     def hook(pairs):
-        seen = {}
-        for key, value in pairs:
-            if key in seen:
-                raise CheckpointError(path, "duplicate key in header", tensor=key)
-            seen[key] = value
-        return seen
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            seen = set()
+            key = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise CheckpointError(path, "duplicate key in header", tensor=key)
+        return obj
 
     return hook
 
@@ -155,36 +159,42 @@ def read_header(path: Path) -> ShardHeader:
         raise CheckpointError(path, "__metadata__ must map strings to strings")
     tensors = _tensor_infos(path, header, data_start)
     _check_packing(path, tensors, data_start, file_size)
-    return ShardHeader(path=path, header_len=header_len, tensors=tensors, metadata=metadata, raw_header=header)
+    return ShardHeader(path=path, header_len=header_len, tensors=tensors, metadata=metadata)
 
 
 def _tensor_infos(path: Path, header: dict, data_start: int) -> list[TensorInfo]:
-    """All entries of a header; a fast check per entry, and `_tensor_info` to name any problem.
+    """All entries of a header, checked column by column; `_tensor_info` names the first problem.
 
-    This runs 10^5 times for a large checkpoint, so the common case costs a few operations.
+    This runs over 10^5 entries for a large checkpoint. Checked one entry at a time in Python it
+    cost 0.2 s; as whole columns, with map, zip and set running the loops in C, a tenth of that.
     """
-    out = []
-    bits_of = DTYPE_BITS.get
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            shape = entry["shape"]
-            begin, end = entry["data_offsets"]
-            bits = bits_of(entry["dtype"])
-            ok = bits is not None and type(shape) is list
-            for d in shape:
-                if type(d) is not int or d < 0:
-                    ok = False
-                    break
-                bits *= d
-            ok = ok and type(begin) is int and type(end) is int and 0 <= begin and bits == (end - begin) * 8
-        except (TypeError, KeyError, ValueError):
-            ok = False
-        if not ok:
-            _tensor_info(path, name, entry, data_start)  # raises the precise problem
-        out.append(TensorInfo(name, entry["dtype"], tuple(shape), path, data_start + begin, data_start + end))
-    return out
+    entries = header
+    if "__metadata__" in header:
+        entries = dict(header)
+        del entries["__metadata__"]
+    names, values = list(entries), list(entries.values())
+    try:
+        dtypes = list(map(itemgetter("dtype"), values))
+        shapes = list(map(itemgetter("shape"), values))
+        offsets = list(map(itemgetter("data_offsets"), values))
+        bits = list(map(DTYPE_BITS.get, dtypes))
+        ok = None not in bits and set(map(type, shapes)) <= {list} and set(map(type, offsets)) <= {list}
+        if ok:
+            dims = list(chain.from_iterable(shapes))
+            ok = set(map(type, dims)) <= {int} and min(dims, default=0) >= 0 and set(map(len, offsets)) <= {2}
+        if ok:
+            begins, ends = list(map(itemgetter(0), offsets)), list(map(itemgetter(1), offsets))
+            ok = (set(map(type, begins)) | set(map(type, ends)) <= {int} and min(begins, default=0) >= 0
+                  and list(map(mul, bits, map(prod, shapes))) == list(map(mul, map(sub, ends, begins), repeat(8))))
+    except (TypeError, KeyError):  # an entry that is not an object, a missing field, an unhashable dtype
+        ok = False
+    if not ok:  # entry by entry: raises naming the first bad one
+        return [_tensor_info(path, name, entry, data_start) for name, entry in entries.items()]
+    shapes = list(map(tuple, shapes))
+    shared = dict(zip(shapes, shapes))  # one object per distinct shape, and dtypes from DTYPE_BITS: less memory
+    return list(map(partial(tuple.__new__, TensorInfo),
+                    zip(names, map(DTYPE_NAMES.get, dtypes), map(shared.get, shapes), repeat(path),
+                        map(add, begins, repeat(data_start)), map(add, ends, repeat(data_start)))))
 
 
 def _tensor_info(path: Path, name: str, entry, data_start: int) -> TensorInfo:
@@ -217,6 +227,13 @@ def _tensor_info(path: Path, name: str, entry, data_start: int) -> TensorInfo:
 
 def _check_packing(path: Path, tensors: list[TensorInfo], data_start: int, file_size: int) -> None:
     """Tensors must tile the data section exactly: no holes, no overlaps, no trailing bytes."""
+    if tensors:
+        bounds = list(chain.from_iterable(sorted(map(itemgetter(4, 5), tensors))))  # begin, end, begin, end...
+        tiled = bounds[0] == data_start and bounds[-1] == file_size and bounds[1:-1:2] == bounds[2::2]
+    else:
+        tiled = data_start == file_size
+    if tiled:
+        return  # the common case, checked in C; the loop below names the first problem
     position = data_start
     for t in sorted(tensors, key=attrgetter("begin", "end")):
         if t.begin > position:
@@ -287,18 +304,17 @@ def _resolve_index(index_path: Path) -> tuple[dict[str, Path], dict, Path]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(index_path, f"not valid JSON ({e})") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise CheckpointError(index_path, "no weight_map object mapping tensor names to file names")
     root = folder.resolve()
     files: dict[str, Path] = {}
-    for tensor, name in weight_map.items():
-        if name in files:
-            continue
+    for name in dict.fromkeys(weight_map.values()):  # each file once, in index order
         candidate = folder / name
-        if os.path.isabs(name) or not candidate.resolve().is_relative_to(root):
-            raise CheckpointError(index_path, f"file {name!r} is outside the checkpoint folder", tensor=tensor)
-        if not candidate.is_file():
-            raise CheckpointError(index_path, f"file {name!r} does not exist", tensor=tensor)
+        outside = os.path.isabs(name) or not candidate.resolve().is_relative_to(root)
+        if outside or not candidate.is_file():
+            tensor = next(t for t, n in weight_map.items() if n == name)
+            problem = "is outside the checkpoint folder" if outside else "does not exist"
+            raise CheckpointError(index_path, f"file {name!r} {problem}", tensor=tensor)
         files[name] = candidate
     return files, index, folder
 
@@ -328,23 +344,28 @@ def _open_checkpoint(path: Path) -> Checkpoint:
     tensors: dict[str, TensorInfo] = {}
     for shard in shards:
         before = len(tensors)
-        tensors.update((t.name, t) for t in shard.tensors)
+        tensors.update(zip(map(itemgetter(0), shard.tensors), shard.tensors))
         if len(tensors) != before + len(shard.tensors):  # a name seen in an earlier shard
             _raise_duplicate(shards, shard)
     if index is not None:
-        index_path = folder / INDEX_NAME if (folder / INDEX_NAME).exists() else path
-        weight_map = index["weight_map"]
-        for tensor, name in weight_map.items():
-            found = tensors.get(tensor)
-            if found is None:
-                raise CheckpointError(index_path, f"listed in {name} but not in that file's header", tensor=tensor)
-            if found.file is not files[name]:  # read_header keeps the Path object it was given
-                raise CheckpointError(index_path, f"listed in {name} but stored in {found.file.name}", tensor=tensor)
-        unlisted = tensors.keys() - weight_map.keys()
-        if unlisted:
-            name = min(unlisted)
-            raise CheckpointError(tensors[name].file, f"not listed in {index_path.name}", tensor=name)
+        _check_index(folder / INDEX_NAME if (folder / INDEX_NAME).exists() else path, index["weight_map"],
+                     dict(zip(files, shards)), tensors)
     return Checkpoint(path=path, shards=shards, tensors=tensors, config=read_config(folder), index=index)
+
+
+def _check_index(index_path: Path, weight_map: dict[str, str], shards: dict[str, ShardHeader],
+                 tensors: dict[str, TensorInfo]) -> None:
+    """The index must list every tensor, each in the shard whose header holds it."""
+    for file_name, shard in shards.items():
+        if set(map(weight_map.get, map(itemgetter(0), shard.tensors))) - {file_name}:  # checked in C; then named
+            tensor = next(t.name for t in shard.tensors if weight_map.get(t.name) != file_name)
+            if tensor in weight_map:
+                raise CheckpointError(index_path, f"listed in {weight_map[tensor]} but stored in {file_name}",
+                                      tensor=tensor)
+            raise CheckpointError(shard.path, f"not listed in {index_path.name}", tensor=tensor)
+    if len(weight_map) != len(tensors):
+        tensor, name = next((t, n) for t, n in weight_map.items() if t not in tensors)
+        raise CheckpointError(index_path, f"listed in {name} but not in that file's header", tensor=tensor)
 
 
 def _raise_duplicate(shards: list[ShardHeader], shard: ShardHeader) -> None:
