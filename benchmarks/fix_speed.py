@@ -109,6 +109,8 @@ def report(runs: dict) -> None:
     print(f"\nfix / cp wall time: {ratio:.2f}x (target <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'}); "
           f"fix peak RSS {rss['fix']:.0f} MB (target <= 80 MB: {'met' if rss['fix'] <= 80 else 'MISSED'}); "
           f"story script {wall['script'] / wall['cp']:.2f}x cp, {rss['script']:.0f} MB")
+    paired = statistics.median(f["wall"] / c["wall"] for f, c in zip(runs["fix"], runs["cp"]))
+    print(f"fix / cp of adjacent runs (median of {len(runs['fix'])} pairs; cancels the machine's drift): {paired:.2f}x")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ engine reads (`configs.rewrite_config`), the other files to copy, and the covera
 loader would give the result (its replay over the renamed headers). `apply_fix` carries the plan
 out without loading a tensor: each shard gets a new header and its data bytes are copied by the
 kernel (`copy_file_range`, else `sendfile`, else a bounded buffer) into a temporary folder beside
-DST, 1 MB at a time, while a second thread reads each copied chunk back from SRC and DST and
-compares the two, trailing the copy by a few chunks so both are still in the CPU cache. Then DST's
+DST, 4 MB at a time, while a second thread reads each copied chunk back from SRC and DST and
+compares the two, close behind the copy so both are usually still in the CPU cache. Then DST's
 headers are re-read and checked against the plan and the engine's loader is replayed over them;
 only a verified result is renamed into place. SRC is only ever opened for reading, and on any
 failure or interrupt everything written is removed.
@@ -45,7 +45,7 @@ from .errors import UserError
 CHUNK = 4 << 20  # copied in one call, then read back from SRC and DST and compared
 COMPARE_PIECE = 64 << 10  # read back in pieces this size: the two buffers stay in the core's own cache
 PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
-VERIFY_LAG = 2  # chunks the comparison may trail the copy by: few enough to stay in the CPU cache
+VERIFY_LAG = 16  # chunks the comparison may trail the copy by: the copy never waits on a briefly busy core
 
 
 class FixError(UserError):
