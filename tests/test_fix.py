@@ -355,6 +355,22 @@ def test_existing_destination_needs_force_and_is_replaced_only_after_verificatio
     assert not leftovers(tmp_path)
 
 
+def test_temporary_folders_of_killed_runs_are_swept_and_others_kept(draft, tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dst = tmp_path / "out"
+    killed = tmp_path / (fixmod._temp_prefix(dst, int(dead.stdout)) + "abc")
+    running = tmp_path / (fixmod._temp_prefix(dst, os.getpid()) + "def")  # a live process's
+    elsewhere = tmp_path / f".out.draftdoctor-{int(dead.stdout)}-otherhost-ghi"  # another host, same folder
+    forced = tmp_path / ".out.draftdoctor-old-jkl"  # may hold a previous DST mid-replacement
+    other = tmp_path / (fixmod._temp_prefix(tmp_path / "other", int(dead.stdout)) + "mno")  # another DST's
+    for folder in (killed, running, elsewhere, forced, other):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"partial")
+    assert apply_fix(plan_fix(draft("speculators"), "vllm"), dst).ok
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(
+        p.name for p in (running, elsewhere, forced, other))
+
+
 def test_force_does_not_replace_a_folder_that_is_not_a_checkpoint(draft, tmp_path):
     dst = tmp_path / "home"
     (dst / "projects").mkdir(parents=True)

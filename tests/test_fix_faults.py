@@ -94,5 +94,7 @@ def test_sigkill_midway_leaves_no_destination_and_a_rerun_succeeds(tmp_path):
     proc.wait()
     assert not dst.exists(), "a killed fix must not leave DST"
     assert fingerprint(src) == before
+    assert len(list(dst.parent.glob(".fixed.draftdoctor-*"))) == 1  # the killed run's unverified output
     rerun = fix_cli(src, dst)
     assert rerun.returncode == 0 and "verified" in rerun.stdout
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["fixed"]  # the rerun swept it

@@ -22,6 +22,7 @@ Why one writer: threads writing one file contend for its inode lock (the kernel 
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import queue
@@ -333,8 +334,9 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         raise FixError("; ".join(f.message for f in plan.lossy) + " (pass --allow-lossy to write it anyway)")
     check_destination(plan, dst, force)
     start = time.perf_counter()
+    _sweep_killed_runs(dst)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.draftdoctor-", dir=dst.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(dst, os.getpid()), dir=dst.parent))
     except OSError as e:
         raise FixError(f"{dst.parent}: cannot create a folder there ({e.strerror})") from None
     try:
@@ -571,6 +573,27 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[_Planned]], mismatch
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
     coverage = replay(written, plan.engine)
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage)
+
+
+def _temp_prefix(dst: Path, pid: int) -> str:
+    """Temporary folders are named after DST, this host and the process, so that a later run can
+    tell the folders of a killed process from those of one still running."""
+    return f".{dst.name}.draftdoctor-{pid}-{os.uname().nodename}-"
+
+
+def _sweep_killed_runs(dst: Path) -> None:
+    """Remove the temporary folders that earlier runs on this host left for DST when they were
+    killed: they only ever hold unverified output. A live process's folder is left alone."""
+    for folder in dst.parent.glob(glob.escape(f".{dst.name}.draftdoctor-") + "*"):
+        pid = folder.name[len(f".{dst.name}.draftdoctor-"):].partition("-")[0]
+        if not pid.isdigit() or not folder.name.startswith(_temp_prefix(dst, int(pid))) or folder.is_symlink():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # alive, owned by someone else
+            pass
 
 
 def _put_in_place(tmp: Path, dst: Path) -> None:
