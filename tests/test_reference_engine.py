@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from draftdoctor.reference import acceptance  # noqa: E402
 from draftdoctor.reference.draft import (  # noqa: E402
-    MIDLAYER, build_draft, draft_shape, initial_value, param_shapes,
+    MIDLAYER, build_draft, initial_value,
 )
 from draftdoctor.reference.engine import (  # noqa: E402
     CaptureMismatch, greedy_generate, sglang_capture_layers, speculative_generate,
@@ -222,8 +222,9 @@ def ours_from(model, layer_config: dict):
     for name in ("self_attn.o_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm", "hidden_norm"):
         state[p + name + ".weight"] = sd[L + name + ".weight"]
     config = dict(layer_config, draft_vocab_size=50)
-    assert set(state) == set(param_shapes(draft_shape(config)))
-    return build_draft(config, state, set(state))
+    draft = build_draft(config, state, set(state))
+    assert set(draft.params) == set(state)  # every parameter comes from the speculators model
+    return draft
 
 
 def test_draft_forward_matches_speculators():

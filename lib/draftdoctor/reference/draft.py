@@ -27,10 +27,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from draftdoctor.configs import DraftDims
+from draftdoctor.engines import parameters, resolve_engine
 from draftdoctor.reference.llama import KVCache, LayerShape, attention, layer_shape, rms_norm
 
-MIDLAYER = "model.midlayer."  # SGLang 0.4.4 - 0.5.11
-LAYERS_0 = "model.layers.0."  # SGLang 0.5.12+
+MIDLAYER = "model.midlayer."  # the decoder layer's prefix in SGLang 0.4.4 - 0.5.11
 
 
 @dataclass(frozen=True)
@@ -59,28 +60,6 @@ def draft_shape(config: dict) -> DraftShape:
         fc_in=3 * target_hidden,
         fc_bias=bool(config.get("bias", False)),
     )
-
-
-def param_shapes(shape: DraftShape, layer_prefix: str = MIDLAYER) -> dict[str, tuple[int, ...]]:
-    """SGLang's parameter names and shapes for this draft (what `named_parameters()` lists)."""
-    s, h = shape.layer, shape.layer.hidden
-    p = layer_prefix
-    out = {
-        "model.embed_tokens.weight": (shape.vocab, h),
-        "model.fc.weight": (h, shape.fc_in),
-        p + "self_attn.qkv_proj.weight": ((s.heads + 2 * s.kv_heads) * s.head_dim, 2 * h),
-        p + "self_attn.o_proj.weight": (h, s.heads * s.head_dim),
-        p + "mlp.gate_up_proj.weight": (2 * s.intermediate, h),
-        p + "mlp.down_proj.weight": (h, s.intermediate),
-        p + "input_layernorm.weight": (h,),
-        p + "post_attention_layernorm.weight": (h,),
-        p + "hidden_norm.weight": (h,),
-        "model.norm.weight": (h,),
-        "lm_head.weight": (shape.draft_vocab, h),
-    }
-    if shape.fc_bias:
-        out["model.fc.bias"] = (h,)
-    return out
 
 
 def initial_value(name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -144,15 +123,17 @@ class EagleDraft:
 
 
 def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
-                hot_token_id: torch.Tensor | None = None, layer_prefix: str = MIDLAYER,
+                hot_token_id: torch.Tensor | None = None, engine: str = "sglang==0.5.10",
                 dtype=torch.float32) -> EagleDraft:
-    """The draft an engine runs after its loader wrote `written` (a subset of SGLang's names).
+    """The draft an SGLang release runs after its loader wrote `written`, a subset of the
+    parameters that release's draft class creates (`engines.parameters`, the names `check` uses).
 
     `state[name]` supplies each written parameter; the rest get `initial_value`. `hot_token_id`
     is SGLang's draft->target id map (d2t + arange(Vd)), or None when no d2t was loaded.
     """
     shape = draft_shape(config)
-    expected = param_shapes(shape, layer_prefix)
+    profile, _ = resolve_engine(engine)
+    expected = {p.name: p.shape for p in parameters(profile, DraftDims.from_config(config))}
     unknown = written - expected.keys()
     if unknown:
         raise ValueError(f"written names that are not parameters of the draft: {sorted(unknown)}")
@@ -165,4 +146,4 @@ def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
     if hot_token_id is not None and hot_token_id.shape != (shape.draft_vocab,):
         raise ValueError(f"hot_token_id has shape {tuple(hot_token_id.shape)}, "
                          f"expected ({shape.draft_vocab},)")
-    return EagleDraft(shape, params, layer_prefix, hot_token_id)
+    return EagleDraft(shape, params, profile.layer_name(0), hot_token_id)
