@@ -65,7 +65,7 @@ def measure(cmd: list[str]) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--keep", action="store_true", help="keep the generated draft and outputs")
     args = parser.parse_args()
     (ROOT / "build").mkdir(exist_ok=True)
