@@ -63,6 +63,27 @@ def test_vllm_loads_both_layouts(draft, layout):
     assert statuses(report)["draft_id_to_target_id"] == "written"
 
 
+def test_vllm_drops_an_unexpected_bias_silently_and_crashes_on_other_unknown_keys(draft, tmp_path):
+    """vLLM's AutoWeightsLoader ignores unexpected `.bias` weights (0.33.0 utils.py, "Ignore
+    unexpected biases"): a trained fc bias is lost without a word, which check reports."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    def with_tensor(name):
+        folder = draft("speculators")
+        tensors = load_file(str(folder / "model.safetensors"))
+        tensors[name] = np.zeros(64, dtype=np.float16)
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return folder
+
+    report = check(with_tensor("fc.bias"), "vllm")
+    assert codes(report) == {"dropped-keys"} and not report.uninitialized
+    assert {k.key: k.status for k in report.keys}["fc.bias"] == "dropped"
+    assert "skipped silently" in report.dropped[0].reason
+    report = check(with_tensor("fc.scale"), "vllm")
+    assert "loader-crash" in codes(report)  # only a .bias is let through
+
+
 def test_newest_sglang_renames_legacy_midlayer(draft):
     report = check(draft("midlayer"), "sglang")
     assert report.engine == "sglang==0.5.23" and codes(report) == set()

@@ -203,6 +203,8 @@ def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, 
     if is_training_only(key) and policy != CRASH:
         return TRAINING_ONLY, None, None, "training-only tensor; no engine parameter exists for it"
     last = tried if profile.prefix_rule == "always" and "lm_head" in tried else f"model.{tried}"
+    if key.endswith(profile.unmatched_skipped_suffixes):
+        return DROPPED, None, None, f"no parameter {last}; skipped silently (unexpected {key.rsplit('.', 1)[-1]} weights are ignored)"
     said = f': "{message.format(name=last)}"' if message else ""
     if policy == CRASH:
         return CRASHED, None, None, f"no parameter {last}; the load fails{said}"

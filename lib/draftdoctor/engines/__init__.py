@@ -88,6 +88,9 @@ class Profile:
     # (parameter suffix, dim): weights the loader pads with zeros or cuts to fit along that dim
     # instead of failing (SGLang's row- and merged-column-parallel loaders, `pad_or_narrow_weight`)
     resized_silently: tuple[tuple[str, int], ...] = ()
+    # key endings that, matching no parameter, are skipped silently whatever `on_unmatched` says
+    # (vLLM's AutoWeightsLoader ignores unexpected `.bias` weights)
+    unmatched_skipped_suffixes: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:

@@ -1,8 +1,9 @@
 """vLLM's `Eagle3LlamaForCausalLM` (field notes §4; read from vLLM 0.33.0).
 
 vLLM renames `midlayer.` to `layers.0.`, turns `d2t` into the `draft_id_to_target_id` parameter,
-prefixes every key but `lm_head` with `model.`, and fails loudly on a key it cannot place. It reads
-speculators' nested config directly.
+prefixes every key but `lm_head` with `model.`, and fails loudly on a key it cannot place, except a
+`.bias` one (e.g. `fc.bias`: vLLM's fc has none), which it drops silently. It reads speculators'
+nested config directly. `docs/research/vllm-eagle3-by-release.md` has notes for older releases.
 """
 
 from . import CRASH, Profile
@@ -25,5 +26,6 @@ PROFILES = [
         config_formats=("flat", "speculators"),
         aux_ids_from=("top-level", "eagle_config"), aux_capture_offset=0,
         supports_norm_output=True, supports_norm_before_residual=True,
+        unmatched_skipped_suffixes=(".bias",),  # AutoWeightsLoader.load_weights: "Ignore unexpected biases"
     ),
 ]
