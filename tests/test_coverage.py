@@ -172,13 +172,13 @@ def test_null_target_hidden_size_crashes(draft):
 
 @pytest.mark.parametrize("spec, expected", [
     ("sglang==0.5.10", "0.4.9"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.4.9"),
-    ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.12"), ("vllm", "0.33.0"),
+    ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.12"), ("vllm", "0.30.0"), ("vllm==0.31.0", "0.30.0"),
 ])
 def test_engine_specs(spec, expected):
     assert resolve_engine(spec)[0].first == expected
 
 
-@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest"])
+@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.29.0"])
 def test_unknown_engine_specs_list_known_ranges(spec):
     with pytest.raises(EngineSpecError) as e:
         resolve_engine(spec)

@@ -1,4 +1,5 @@
-"""vLLM's `Eagle3LlamaForCausalLM` (field notes §4; read from vLLM 0.33.0).
+"""vLLM's `Eagle3LlamaForCausalLM` (field notes §4; read from vLLM 0.30.0-0.33.0, whose
+`llama_eagle3.py` is identical and whose loader and config code differ only in ways it ignores).
 
 vLLM renames `midlayer.` to `layers.0.`, turns `d2t` into the `draft_id_to_target_id` parameter,
 prefixes every key but `lm_head` with `model.`, and fails loudly on a key it cannot place, except a
@@ -12,7 +13,7 @@ _UNKNOWN = (CRASH, "ValueError: There is no module or parameter named {name!r} i
 
 PROFILES = [
     Profile(
-        engine="vllm", first="0.33.0", last="0.33.0",  # older releases not read
+        engine="vllm", first="0.30.0", last="0.33.0",  # older releases: docs/research, not encoded yet
         architectures=("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3Speculator", "Eagle3DraftModel"),
         layer_prefix="model.layers.{i}.", single_layer_error=None,
         legacy_renames=(("midlayer.", "layers.0."),),
