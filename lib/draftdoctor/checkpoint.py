@@ -228,7 +228,7 @@ def _tensor_info(path: Path, name: str, entry, data_start: int) -> TensorInfo:
 def _check_packing(path: Path, tensors: list[TensorInfo], data_start: int, file_size: int) -> None:
     """Tensors must tile the data section exactly: no holes, no overlaps, no trailing bytes."""
     if tensors:
-        bounds = list(chain.from_iterable(sorted(map(itemgetter(4, 5), tensors))))  # begin, end, begin, end...
+        bounds = list(chain.from_iterable(sorted(map(attrgetter("begin", "end"), tensors))))  # begin, end, ...
         tiled = bounds[0] == data_start and bounds[-1] == file_size and bounds[1:-1:2] == bounds[2::2]
     else:
         tiled = data_start == file_size
@@ -344,7 +344,7 @@ def _open_checkpoint(path: Path) -> Checkpoint:
     tensors: dict[str, TensorInfo] = {}
     for shard in shards:
         before = len(tensors)
-        tensors.update(zip(map(itemgetter(0), shard.tensors), shard.tensors))
+        tensors.update(zip(map(attrgetter("name"), shard.tensors), shard.tensors))
         if len(tensors) != before + len(shard.tensors):  # a name seen in an earlier shard
             _raise_duplicate(shards, shard)
     if index is not None:
@@ -357,7 +357,7 @@ def _check_index(index_path: Path, weight_map: dict[str, str], shards: dict[str,
                  tensors: dict[str, TensorInfo]) -> None:
     """The index must list every tensor, each in the shard whose header holds it."""
     for file_name, shard in shards.items():
-        if set(map(weight_map.get, map(itemgetter(0), shard.tensors))) - {file_name}:  # checked in C; then named
+        if set(map(weight_map.get, map(attrgetter("name"), shard.tensors))) - {file_name}:  # in C; then named
             tensor = next(t.name for t in shard.tensors if weight_map.get(t.name) != file_name)
             if tensor in weight_map:
                 raise CheckpointError(index_path, f"listed in {weight_map[tensor]} but stored in {file_name}",

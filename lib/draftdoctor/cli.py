@@ -94,6 +94,7 @@ def _csv(columns: list[list], header: list[str], out) -> None:
 
 def cmd_check(args, out) -> int:
     from .coverage import check
+    from .tables import shape_texts
 
     report = check(args.path, args.engine, loader=args.loader, target=args.target)
     status = EXIT_FINDINGS if report.errors else EXIT_OK
@@ -103,7 +104,8 @@ def cmd_check(args, out) -> int:
         return status
     out.write(f"{report.engine} ({report.loader} loader) on {report.path}\n")
     out.write(f"layout: {report.layout.name}; config: {report.config_format}\n\n")
-    _table([(p.name, p.status, "x".join(map(str, p.shape)), ", ".join(p.keys) or "-") for p in report.params],
+    shapes = shape_texts([p.shape for p in report.params])
+    _table([(p.name, p.status, shape, ", ".join(p.keys) or "-") for p, shape in zip(report.params, shapes)],
            ["parameter", "status", "shape", "written by"], out)
     out.write("\n")
     _table([(k.key, k.status, (k.param + (f" [{k.shard}]" if k.shard else "")) if k.param else k.reason)

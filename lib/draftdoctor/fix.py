@@ -575,17 +575,23 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[_Planned]], mismatch
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage)
 
 
+def _temp_base(dst: Path) -> str:
+    """The start of every hidden folder fix makes beside DST."""
+    return f".{dst.name}.draftdoctor-"
+
+
 def _temp_prefix(dst: Path, pid: int) -> str:
     """Temporary folders are named after DST, this host and the process, so that a later run can
     tell the folders of a killed process from those of one still running."""
-    return f".{dst.name}.draftdoctor-{pid}-{os.uname().nodename}-"
+    return f"{_temp_base(dst)}{pid}-{os.uname().nodename}-"
 
 
 def _sweep_killed_runs(dst: Path) -> None:
     """Remove the temporary folders that earlier runs on this host left for DST when they were
     killed: they only ever hold unverified output. A live process's folder is left alone."""
-    for folder in dst.parent.glob(glob.escape(f".{dst.name}.draftdoctor-") + "*"):
-        pid = folder.name[len(f".{dst.name}.draftdoctor-"):].partition("-")[0]
+    base = _temp_base(dst)
+    for folder in dst.parent.glob(glob.escape(base) + "*"):
+        pid = folder.name[len(base):].partition("-")[0]
         if not pid.isdigit() or not folder.name.startswith(_temp_prefix(dst, int(pid))) or folder.is_symlink():
             continue
         try:
@@ -601,7 +607,7 @@ def _put_in_place(tmp: Path, dst: Path) -> None:
     if not os.path.lexists(dst):
         os.rename(tmp, dst)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.draftdoctor-old-", dir=dst.parent))
+    old = Path(tempfile.mkdtemp(prefix=f"{_temp_base(dst)}old-", dir=dst.parent))
     os.rename(dst, old / dst.name)
     try:
         os.rename(tmp, dst)
