@@ -5,6 +5,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,7 @@ def test_check_exit_statuses_and_json(draft):
     (("check", "{ok}", "--engine", "tgi"), "unknown engine"),
     (("check", "{bad}", "--engine", "sglang"), "too short"),
     (("inspect",), "required"),
+    (("fx", "{ok}"), "invalid choice: 'fx' (choose from 'inspect', 'check', 'fix', 'serve', 'bench', 'investigate')"),
 ])
 def test_unusable_input_exits_2_with_one_line(draft, tmp_path, args, message):
     ok = draft("midlayer")
@@ -60,6 +62,17 @@ def test_unusable_input_exits_2_with_one_line(draft, tmp_path, args, message):
     code, out, err = run(*[a.format(ok=ok, bad=bad) for a in args])
     assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_console_script_and_sub_command_help(draft):
+    """The installed `draftdoctor` script passes the exit status on; a sub-command's help is its own."""
+    script = str(Path(sys.executable).with_name("draftdoctor"))
+    proc = subprocess.run([script, "check", draft("speculators"), "--engine", "sglang==0.5.10"], capture_output=True)
+    assert proc.returncode == 1
+    proc = subprocess.run([script, "fix", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: draftdoctor fix") and "--allow-lossy" in proc.stdout
+    proc = subprocess.run([script, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and all(name in proc.stdout for name in ("inspect", "fix", "investigate"))
 
 
 def test_inspect_imports_no_heavy_modules(draft):
