@@ -11,8 +11,10 @@ After one uncounted run each of cp and fix (a VM hands memory back lazily, so fi
 cp and fix run in adjacent pairs, alternating which goes first; the script's runs come after them,
 because its 2 GB of tensors disturb whatever runs next. The package's bytecode is compiled first,
 as `pip install` does (with PYTHONDONTWRITEBYTECODE set, every run would otherwise recompile it).
-Each run is preceded by a `sync` so one run's write-back does not slow the next, and measured by a
-wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
+Before each run every earlier output is deleted and the disk synced, so each run starts from the
+same state: SRC in the page cache, nothing waiting to be written. (Keeping the other command's
+output made the sync before a run write 1.9 GB, 0.5 s here, and the run after it, still competing
+with the host's write-back, took 2-6x as long.) Each run is measured by a wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
 whose RSS includes the few MB the child inherits from the wrapper before exec).
 Prints medians and the ratios to cp; targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
 Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep]
@@ -54,6 +56,13 @@ save_file(tensors, dst, metadata={"format": "pt"})
 """
 
 
+def fresh_output(work: Path, name: str) -> Path:
+    """Where `name` writes next, after deleting every earlier output (of any command)."""
+    for out in work.glob("out-*"):
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    return work / f"out-{name}"
+
+
 def measure(cmd: list[str]) -> dict:
     os.sync()
     proc = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, check=True)
@@ -85,11 +94,9 @@ def main():
         runs = {name: [] for name in commands}
         order = [name for i in range(args.repeat) for name in (("cp", "fix"), ("fix", "cp"))[i % 2]]
         for name in ["cp", "fix"]:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
-            measure(commands[name](work / f"out-{name}"))
+            measure(commands[name](fresh_output(work, name)))
         for name in order + ["script"] * args.repeat:
-            out = work / f"out-{name}"
-            shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
-            runs[name].append(measure(commands[name](out)))
+            runs[name].append(measure(commands[name](fresh_output(work, name))))
         report(runs)
     finally:
         if not args.keep:

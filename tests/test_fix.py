@@ -409,7 +409,7 @@ def test_os_error_creating_the_temporary_folder_is_one_line(draft, tmp_path, mon
     def refuse(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(fixmod.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(fixmod, "_new_folder", refuse)
     with pytest.raises(FixError, match="Permission denied"):
         apply_fix(plan_fix(draft("speculators"), "vllm"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
