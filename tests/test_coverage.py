@@ -84,6 +84,32 @@ def test_vllm_drops_an_unexpected_bias_silently_and_crashes_on_other_unknown_key
     assert "loader-crash" in codes(report)  # only a .bias is let through
 
 
+def test_vllm_vocab_map_by_release(draft):
+    """vLLM 0.25.0-0.29.0 always build draft_id_to_target_id; from 0.30.0 only for a smaller draft
+    vocabulary (llama_eagle3.py, Eagle3LlamaForCausalLM.__init__)."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    full = draft("speculators", DraftShape(draft_vocab=None))  # no d2t: the target's vocabulary
+    old, new = check(full, "vllm==0.29.0"), check(full, "vllm==0.30.0")
+    assert codes(old) == codes(new) == set()
+    assert statuses(old)["draft_id_to_target_id"] == "identity"  # zeros: draft id i is target id i
+    assert "identity vocabulary map" in old.verdict and "draft_id_to_target_id" not in statuses(new)
+
+    tensors = load_file(str(full / "model.safetensors"))
+    tensors["d2t"] = np.zeros(256, dtype=np.int64)  # a d2t beside an equal vocabulary
+    save_file(tensors, str(full / "model.safetensors"), metadata={"format": "pt"})
+    assert statuses(check(full, "vllm==0.29.0"))["draft_id_to_target_id"] == "written"
+    assert "loader-crash" in codes(check(full, "vllm==0.30.0"))
+
+    smaller = draft("speculators")  # a 128-token draft vocabulary, its d2t removed
+    tensors = load_file(str(smaller / "model.safetensors"))
+    del tensors["d2t"]
+    save_file(tensors, str(smaller / "model.safetensors"), metadata={"format": "pt"})
+    for engine in ("vllm==0.29.0", "vllm==0.30.0"):  # zeros would map the 128 draft ids to target ids 0..127
+        assert statuses(check(smaller, engine))["draft_id_to_target_id"] == "uninitialized"
+
+
 def test_newest_sglang_renames_legacy_midlayer(draft):
     report = check(draft("midlayer"), "sglang")
     assert report.engine == "sglang==0.5.23" and codes(report) == set()
@@ -173,12 +199,13 @@ def test_null_target_hidden_size_crashes(draft):
 @pytest.mark.parametrize("spec, expected", [
     ("sglang==0.5.10", "0.4.9"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.4.9"),
     ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.12"), ("vllm", "0.30.0"), ("vllm==0.31.0", "0.30.0"),
+    ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"),
 ])
 def test_engine_specs(spec, expected):
     assert resolve_engine(spec)[0].first == expected
 
 
-@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.29.0"])
+@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.24.0"])
 def test_unknown_engine_specs_list_known_ranges(spec):
     with pytest.raises(EngineSpecError) as e:
         resolve_engine(spec)

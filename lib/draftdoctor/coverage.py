@@ -15,14 +15,15 @@ from dataclasses import asdict, dataclass, field
 from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError, open_checkpoint
 from .configs import FLAT, MISSING, DraftDims, config_format
-from .engines import CRASH, STACKED, WARN, ParamSpec, Profile, from_target, parameters, resolve_engine
+from .engines import (CRASH, STACKED, WARN, ParamSpec, Profile, from_target, identity_by_default, parameters,
+                      resolve_engine)
 from .layouts import Layout, detect_layout, is_training_only
 
 # Key statuses
 LOADED, DERIVED, IGNORED, DROPPED, TRAINING_ONLY, MISMATCH, NOT_REACHED, CRASHED = (
     "loaded", "derived", "ignored", "dropped", "training-only", "shape-mismatch", "not-reached", "crash")
 # Parameter statuses
-WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET = "written", "partial", "uninitialized", "from-target"
+WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET, IDENTITY = "written", "partial", "uninitialized", "from-target", "identity"
 
 
 @dataclass
@@ -309,11 +310,20 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
         params=list(params.values()), keys=keys, findings=findings,
     )
     for p in report.params:
-        p.replaced_by_target = from_target(profile, dims, specs[p.name])
-        if p.replaced_by_target and p.status in (UNINITIALIZED, PARTIAL):
-            p.status = FROM_TARGET
+        settle_unwritten(p, profile, dims, specs[p.name])
     report.findings += F.coverage_findings(report)
     return report
+
+
+def settle_unwritten(param: ParamStatus, profile: Profile, dims: DraftDims, spec: ParamSpec) -> None:
+    """What a parameter the checkpoint leaves unwritten holds at serve time, when that is not its
+    random initial value: the target's tensor (from-target), or an initial value that is already
+    right for this draft (identity)."""
+    param.replaced_by_target = from_target(profile, dims, spec)
+    if param.replaced_by_target and param.status in (UNINITIALIZED, PARTIAL):
+        param.status = FROM_TARGET
+    elif param.status == UNINITIALIZED and identity_by_default(dims, spec):
+        param.status = IDENTITY
 
 
 def resized_finding(profile: Profile, key: str, shape, param: str, expected) -> F.Finding:

@@ -193,8 +193,11 @@ def verdict(report) -> str:
         more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
         return f"every parameter is written, but {errors[0].code}: {errors[0].message}{more}"
     shared = sum(p.status == "from-target" for p in report.params)
+    identity = sum(p.status == "identity" for p in report.params)
+    notes = [f"{shared} taken from the target at serve time"] * bool(shared)
+    notes += [f"{identity} keeps its initial identity vocabulary map"] * bool(identity)
     return (
-        f"loads cleanly: {len(report.params) - shared} of {len(report.params)} parameters written"
-        + (f" ({shared} taken from the target at serve time)" if shared else "")
+        f"loads cleanly: {len(report.params) - shared - identity} of {len(report.params)} parameters written"
+        + (f" ({'; '.join(notes)})" if notes else "")
         + ", every tensor placed"
     )

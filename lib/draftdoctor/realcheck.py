@@ -21,10 +21,10 @@ from pathlib import Path
 from . import findings as F
 from .checkpoint import open_checkpoint
 from .configs import FLAT, config_format, rewrite_config
-from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
-                       TRAINING_ONLY, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus,
-                       dominant_dtype_bytes, draft_dims, resized_finding)
-from .engines import from_target, parameters, resolve_engine
+from .coverage import (CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
+                       UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, dominant_dtype_bytes,
+                       draft_dims, resized_finding, settle_unwritten)
+from .engines import parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
 
@@ -120,9 +120,8 @@ def from_real(raw: dict, checkpoint, engine: str) -> CoverageReport:
         shape_error = error and any(m in error["message"] for m in SHAPE_ERRORS)
         if shape_error and any(not w["ok"] for w in p["writes"]):
             status.status = MISMATCH
-        status.replaced_by_target = bool(spec) and from_target(profile, dims, spec)
-        if status.replaced_by_target and status.status in (UNINITIALIZED, PARTIAL):
-            status.status = FROM_TARGET
+        if spec:
+            settle_unwritten(status, profile, dims, spec)
         params.append(status)
     seen = {k["key"] for k in raw["keys"]}
     for k in raw["keys"]:

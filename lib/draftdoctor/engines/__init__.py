@@ -91,6 +91,9 @@ class Profile:
     # key endings that, matching no parameter, are skipped silently whatever `on_unmatched` says
     # (vLLM's AutoWeightsLoader ignores unexpected `.bias` weights)
     unmatched_skipped_suffixes: tuple[str, ...] = ()
+    # the vocab-map parameter is built even when the draft's vocabulary is the target's (else only
+    # when they differ); unwritten, its zeros map draft id i to target id i
+    vocab_map_always: bool = False
 
     @property
     def spec(self) -> str:
@@ -142,9 +145,13 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     params.append(ParamSpec("model.norm.weight", (H,), "norm"))
     if not dims.tie_word_embeddings:
         params.append(ParamSpec("lm_head.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head"))
-    if profile.vocab_map_param and dims.draft_vocab_size and dims.draft_vocab_size != dims.vocab_size:
-        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size,), "vocab-map"))
+    if profile.vocab_map_param and (profile.vocab_map_always or not _same_vocabulary(dims)):
+        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
     return params
+
+
+def _same_vocabulary(dims: DraftDims) -> bool:
+    return dims.draft_vocab_size in (None, dims.vocab_size)
 
 
 def from_target(profile: Profile, dims: DraftDims, param: ParamSpec) -> bool:
@@ -152,6 +159,12 @@ def from_target(profile: Profile, dims: DraftDims, param: ParamSpec) -> bool:
     if param.role == "embed":
         return profile.embed_from_target and (dims.target_hidden_size in (None, dims.hidden_size))
     return param.role == "lm_head" and dims.draft_vocab_size is None
+
+
+def identity_by_default(dims: DraftDims, param: ParamSpec) -> bool:
+    """Whether the parameter's initial value is already right for this draft: a vocab map's zeros
+    map each draft id to the same target id, which is right when the two vocabularies are one."""
+    return param.role == "vocab-map" and _same_vocabulary(dims)
 
 
 def all_profiles() -> list[Profile]:
