@@ -186,6 +186,28 @@ def test_training_only_tensors_are_kept_where_ignored_and_left_out_where_fatal(d
     assert result.ok and result.tensors_omitted == 1 and "verifier_norm.weight" not in tensor_bytes(tmp_path / "out")
 
 
+def test_an_identity_d2t_is_left_out_where_vllm_has_no_map_for_an_equal_vocabulary(draft, tmp_path):
+    """A full-vocabulary draft saved with a d2t: vLLM >= 0.30 builds no draft_id_to_target_id for it
+    and fails on the key, 0.25-0.29 load it. All offsets 0 (the identity) can go; any other d2t
+    (here arange, which sends draft id i to target id 2i) must not be dropped silently."""
+    from safetensors.numpy import load_file, save_file
+
+    def full_vocabulary_draft(offsets):
+        folder = draft("speculators", DraftShape(draft_vocab=None))
+        tensors = load_file(str(folder / "model.safetensors")) | {"d2t": offsets}
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return folder
+
+    identity = full_vocabulary_draft(np.zeros(256, dtype=np.int64))
+    plan = plan_fix(identity, "vllm==0.30.0")
+    assert {t.old: t.action for t in plan.tensors}["d2t"] == "omit" and plan.can_apply()
+    assert apply_fix(plan, tmp_path / "out").ok and "d2t" not in tensor_bytes(tmp_path / "out")
+    assert {t.old: t.action for t in plan_fix(identity, "vllm==0.29.0").tensors}["d2t"] == "keep"
+    shifted = plan_fix(full_vocabulary_draft(np.arange(256, dtype=np.int64)), "vllm==0.30.0")
+    assert {t.old: t.action for t in shifted.tensors}["d2t"] == "keep" and not shifted.can_apply()
+    assert "loader-crash" in {f.code for f in shifted.blocking}
+
+
 # --- config rewrites -----------------------------------------------------------------------------
 
 

@@ -64,6 +64,16 @@ class TensorInfo(namedtuple("TensorInfo", "name dtype shape file begin end")):  
     def nbytes(self) -> int:
         return self.end - self.begin
 
+    def read(self, offset: int = 0, length: int | None = None) -> bytes:
+        """The tensor's bytes, or `length` of them from `offset`, read from its file (for the few
+        small tensors and sampled windows the checks look at; nothing reads a whole checkpoint)."""
+        length = self.nbytes - offset if length is None else length
+        fd = os.open(self.file, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, self.begin + offset)
+        finally:
+            os.close(fd)
+
 
 @dataclass
 class ShardHeader:

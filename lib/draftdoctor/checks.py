@@ -11,7 +11,6 @@ weight (never whole files).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -131,15 +130,6 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     return out
 
 
-def _read(t: TensorInfo, offset: int = 0, length: int | None = None) -> bytes:
-    length = t.nbytes - offset if length is None else length
-    fd = os.open(t.file, os.O_RDONLY)
-    try:
-        return os.pread(fd, length, t.begin + offset)
-    finally:
-        os.close(fd)
-
-
 def _find(checkpoint: Checkpoint, suffix: str) -> TensorInfo | None:
     return next((t for name, t in checkpoint.tensors.items() if name == suffix or name.endswith("." + suffix)), None)
 
@@ -173,7 +163,7 @@ def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int
     problems = []
     if d2t.dtype not in ("I64", "I32") or len(d2t.shape) != 1:
         return [F.finding("vocab-map-invalid", f"d2t is {d2t.dtype}{list(d2t.shape)}; expected a 1-D integer tensor")]
-    offsets = np.frombuffer(_read(d2t), dtype=np.int64 if d2t.dtype == "I64" else np.int32).astype(np.int64)
+    offsets = np.frombuffer(d2t.read(), dtype=np.int64 if d2t.dtype == "I64" else np.int32).astype(np.int64)
     if Vd is not None and len(offsets) != Vd:
         problems.append(f"d2t has {len(offsets)} entries but draft_vocab_size is {Vd}")
     target_ids = offsets + np.arange(len(offsets))
@@ -182,7 +172,7 @@ def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int
     elif len(target_ids) > 1 and not np.all(np.diff(target_ids) > 0):
         problems.append("d2t's target ids are not strictly increasing (d2t must hold target_id - draft_id)")
     if t2d is not None and not problems:
-        mask = np.frombuffer(_read(t2d), dtype=np.uint8).astype(bool)
+        mask = np.frombuffer(t2d.read(), dtype=np.uint8).astype(bool)
         if len(mask) != V:
             problems.append(f"t2d has {len(mask)} entries but the target vocabulary is {V}")
         elif mask.sum() != len(target_ids) or not mask[target_ids].all():
@@ -220,7 +210,7 @@ def _sample(t: TensorInfo) -> np.ndarray | None:
     window = min(SAMPLE_BYTES, t.nbytes) // item * item
     last = t.nbytes - window
     starts = sorted({0, min(last, (t.nbytes // 2) // item * item), last})
-    raw = b"".join(_read(t, s, window) for s in starts)
+    raw = b"".join(t.read(s, window) for s in starts)
     if t.dtype == "BF16":
         return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
     return np.frombuffer(raw, dtype=FLOAT_DTYPES[t.dtype]).astype(np.float32)

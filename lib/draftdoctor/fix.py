@@ -201,7 +201,7 @@ def plan_fix(src, engine: str) -> FixPlan:
     except CheckpointError as e:
         raise FixError(str(e)) from None
     params = {p.name: p for p in parameters(profile, dims)}
-    renaming = choose(layout.name, ckpt.keys(), profile, params)
+    renaming = choose(layout.name, ckpt.keys(), profile, params, _identity_vocab_maps(ckpt, profile, params))
     moves = [TensorMove(t.name, renaming.names[t.name], t.file.name, t.dtype, t.shape, t.nbytes,
                         renaming.reasons[t.name])
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
@@ -212,6 +212,26 @@ def plan_fix(src, engine: str) -> FixPlan:
     found += _collisions(moves, predicted)
     return FixPlan(ckpt.path, f"{profile.engine}=={release}", ckpt, layout, renaming.mapper.description, moves,
                    rewrite, _other_files(ckpt), predicted, found)
+
+
+def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, str]:
+    """The d2t tensors whose offsets are all 0, which map each draft id to the same target id, when
+    the engine builds no vocab-map parameter for this draft (vLLM >= 0.30 with the target's own
+    vocabulary) and so fails on the key: leaving them out changes nothing. Any other d2t stays, and
+    the plan shows the failure."""
+    if not profile.vocab_map_param or profile.vocab_map_param in params:
+        return {}
+    return {t.name: "the identity vocabulary map (every offset 0), for which the engine has no parameter when "
+                    "the draft's vocabulary is the target's"
+            for t in ckpt.tensors.values() if t.name.rpartition(".")[2] == "d2t" and _all_zero(t)}
+
+
+def _all_zero(t: TensorInfo) -> bool:
+    try:
+        data = t.read()
+    except OSError:
+        return False
+    return len(data) == t.nbytes and data == bytes(len(data))
 
 
 def _collisions(moves: list[TensorMove], predicted: CoverageReport) -> list[F.Finding]:

@@ -73,13 +73,14 @@ def _native(profile, name: str, params: dict) -> tuple[str, str]:
     return status, (f"loads into {param}" if status == LOADED else reason)
 
 
-def _apply(mapper: WeightsMapper, keys, profile, params: dict) -> Renaming:
+def _apply(mapper: WeightsMapper, keys, profile, params: dict, expendable: dict[str, str]) -> Renaming:
     names, reasons, unresolved = {}, {}, []
     for key in keys:
         new = mapper.map(key)
         status, why = _native(profile, new, params)
-        if status == CRASHED and is_training_only(key):
-            names[key], reasons[key] = None, "training-only tensor the engine would fail on; left out"
+        if status == CRASHED and (is_training_only(key) or key in expendable):
+            names[key] = None
+            reasons[key] = expendable.get(key, "training-only tensor") + "; the engine would fail on it, so left out"
             continue
         names[key], reasons[key] = new, why
         if status not in (LOADED, DERIVED, IGNORED, TRAINING_ONLY):
@@ -87,13 +88,15 @@ def _apply(mapper: WeightsMapper, keys, profile, params: dict) -> Renaming:
     return Renaming(mapper, names, reasons, unresolved)
 
 
-def choose(layout: str, keys, profile, params: dict) -> Renaming:
+def choose(layout: str, keys, profile, params: dict, expendable: dict[str, str] | None = None) -> Renaming:
     """The first of `RULES[layout]` under which the engine loads every key natively; failing that,
-    the candidate leaving the fewest keys unloaded (so the plan can show what is still wrong)."""
+    the candidate leaving the fewest keys unloaded (so the plan can show what is still wrong).
+    Training-only keys, and `expendable` ones (key: what it holds that the engine needs none of), are
+    left out where the engine would fail on them."""
     keys = list(keys)
     best = None
     for mapper in RULES.get(layout, RULES[UNKNOWN_LAYOUT]):
-        renaming = _apply(mapper, keys, profile, params)
+        renaming = _apply(mapper, keys, profile, params, expendable or {})
         if not renaming.unresolved:
             return renaming
         if best is None or len(renaming.unresolved) < len(best.unresolved):
