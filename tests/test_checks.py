@@ -40,17 +40,27 @@ def test_clean_draft_has_no_error_findings(draft, target):
     assert codes(check(draft("midlayer"), "sglang==0.5.10", target=target()), "error") == set()
 
 
-def test_aux_ids_at_top_level_are_ignored_by_sglang(draft):
+def test_aux_ids_at_top_level_are_ignored_by_sglang(draft, target):
     folder = draft("midlayer")
     edit_config(folder, eagle_config={"use_aux_hidden_state": True}, eagle_aux_hidden_state_layer_ids=[1, 3, 5])
-    report = check(folder, "sglang==0.5.10")
+    report = check(folder, "sglang==0.5.10", target=target(layers=8))  # its default: the inputs of 2, 4, 5
     assert "aux-layer-ids" in codes(report, "error")
     assert "only from eagle_config" in next(f.message for f in report.findings if f.code == "aux-layer-ids")
+    report = check(folder, "sglang==0.5.10")  # no target: whether the default layers differ is unknown
+    assert "aux-layer-ids" in codes(report, "warning") and "--target" in str(report.findings)
 
 
-def test_sglang_convention_ids_served_by_vllm_warn(draft):
-    report = check(draft("midlayer"), "vllm")
-    assert "aux-layer-ids" in codes(report, "warning")
+def test_vllm_ignores_eagle_config_ids_which_is_harmless_only_if_its_default_layers_are_the_trained_ones(draft, target):
+    """vLLM's default runner (Model Runner V2) reads only top-level ids; eagle_config's, in SGLang's
+    convention (the input of layer id + 1), are ignored, at no cost when they name the inputs of
+    vLLM's default layers (2, N // 2, N - 3)."""
+    folder, eight = draft("midlayer"), target(layers=8)  # eagle_config ids [0, 2, 4]: the inputs of 1, 3, 5
+    assert "aux-layer-ids" in codes(check(folder, "vllm", target=eight), "error")  # default: 2, 4, 5
+    assert "aux-layer-ids" in codes(check(folder, "vllm"), "warning")  # no target: default layers unknown
+    config = json.loads((folder / "config.json").read_text())
+    edit_config(folder, eagle_config=config["eagle_config"] | {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]})
+    report = check(folder, "vllm", target=eight)
+    assert "aux-layer-ids" in codes(report, "info") and not report.errors
 
 
 def test_aux_ids_outside_target_layers(draft, target):
@@ -76,7 +86,7 @@ def test_norm_before_residual_kept_by_a_lossy_fix_is_still_flagged(draft, tmp_pa
     assert "norm-before-residual" in codes(report, "error") and "lossy fix" in report.verdict
     # vLLM implements the option but reads it from the top level, not from draftdoctor's record
     report = check(fixed, "vllm")
-    assert "norm-before-residual" in codes(report, "error") and "fix --engine vllm" in report.verdict
+    assert "fix --engine vllm" in next(f.message for f in report.errors if f.code == "norm-before-residual")
 
 
 def test_fc_norm_and_input_norm_per_release(draft):

@@ -58,8 +58,13 @@ def _ids_at(config: dict, where: str):
     return list(ids) if ids else None
 
 
+# Where a draft's config keeps its aux ids tells their convention: eagle_config holds SGLang's (the
+# input of target layer id + 1 is captured), the top level speculators' and vLLM's (that of layer id).
+TRAINED_CAPTURE_OFFSET = {"eagle_config": 1, "top-level": 0}
+
+
 def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> list[F.Finding]:
-    """Aux ids where the engine does not look, in the other convention, or outside the target."""
+    """Aux ids where the engine does not look, or outside the target."""
     name = f"{profile.engine} {profile.first}–{profile.last}"
     present = {where: _ids_at(config, where) for where in ("eagle_config", "top-level") if _ids_at(config, where)}
     read = next(((where, present[where]) for where in profile.aux_ids_from if where in present), None)
@@ -67,24 +72,28 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     out = []
     if present and read is None:
         where, ids = next(iter(present.items()))
+        # both engines' default: the inputs of these target layers
         default = [2, n_layers // 2, n_layers - 3] if n_layers else None
+        ignored = (f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at "
+                   f"{where} are ignored and it captures its default layers"
+                   + (f" (for this {n_layers}-layer target, the inputs of layers {default})" if default else ""))
+        if not default:
+            out.append(F.finding("aux-layer-ids", f"{ignored}, which depend on the target's layer count: give "
+                                 "--target to learn whether they are the trained ones. `draftdoctor fix` moves them",
+                                 severity=F.WARNING))
+            return out
+        if [i + TRAINED_CAPTURE_OFFSET[where] for i in ids] == default:
+            out.append(F.finding("aux-layer-ids", f"{ignored}, which are the ones the ids name: no harm. "
+                                 "`draftdoctor fix` moves them", severity=F.INFO))
+            return out
         effect = "the draft sees other layers than it was trained on"
-        if default and len(set(default)) < len(ids):  # the engine captures each layer once
+        if len(set(default)) < len(ids):  # the engine captures each layer once
             effect = (f"that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
                       "error the first time the draft runs")
-        out.append(F.finding("aux-layer-ids", (
-            f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at {where} are "
-            "ignored and it captures its default layers"
-            + (f" (for this {n_layers}-layer target: {default})" if default else "")
-            + f": {effect}. `draftdoctor fix` moves them")))
+        out.append(F.finding("aux-layer-ids", f"{ignored}: {effect}. `draftdoctor fix` moves them"))
     if read is None:
         return out
     where, ids = read
-    if where == "eagle_config" and profile.aux_capture_offset == 0:
-        out.append(F.finding("aux-layer-ids", (
-            f"eagle_config ids {ids} are in SGLang's convention (it captures id + 1); {name} uses them as-is, so the "
-            f"draft reads each layer one below the one it was trained on. `draftdoctor fix --engine {profile.engine}` "
-            "converts them"), severity=F.WARNING))
     if n_layers:
         captured = [i + profile.aux_capture_offset for i in ids]
         outside = [i for i, c in zip(ids, captured) if not 1 <= c <= n_layers - 1]

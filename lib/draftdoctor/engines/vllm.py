@@ -9,6 +9,13 @@ exists only when the draft's vocabulary differs from the target's, so a d2t besi
 vocabulary is a key with nowhere to go. Within each row `llama_eagle3.py` differs only in typing and
 in a pipeline-parallel layer count; the loader and speculators config code differ in ways an
 EAGLE-3 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.24.0.
+
+Aux layer ids are those of Model Runner V2, which these releases use by default for a dense target
+(`VllmConfig.use_v2_model_runner`; from 0.29.0 for MoE targets too): it reads only the top-level
+`eagle_aux_hidden_state_layer_ids` (`get_eagle3_aux_layers_from_config`), as-is. The V1 runner (with
+`VLLM_USE_V2_MODEL_RUNNER=0`, or for EAGLE-3 with pipeline parallelism) also reads
+`eagle_config.eagle_aux_hidden_state_layer_ids`, as-is; `draftdoctor fix` writes top-level ids,
+which both read.
 """
 
 from . import CRASH, Profile
@@ -28,7 +35,7 @@ _COMMON = dict(
     vocab_map_param="draft_id_to_target_id",
     embed_from_target=True,
     config_formats=("flat", "speculators"),
-    aux_ids_from=("top-level", "eagle_config"), aux_capture_offset=0,
+    aux_ids_from=("top-level",), aux_capture_offset=0,
     supports_norm_output=True, supports_norm_before_residual=True,
     unmatched_skipped_suffixes=(".bias",),  # AutoWeightsLoader.load_weights: "Ignore unexpected biases"
 )
