@@ -110,6 +110,16 @@ def test_vllm_vocab_map_by_release(draft):
         assert statuses(check(smaller, engine))["draft_id_to_target_id"] == "uninitialized"
 
 
+def test_fc_width_follows_eagle_config_ids_only(draft):
+    """SGLang 0.5.23 and vLLM size fc by `eagle_config`'s aux ids, else for 3: four top-level ids
+    (speculators' place) give a 3-state fc that a 4-state fc weight cannot load into."""
+    four = DraftShape(aux_layer_ids=(1, 3, 5, 6))
+    flat = check(draft("midlayer", four, config="flat"), "vllm")  # ids in eagle_config
+    assert "shape-mismatch" not in codes(flat) and statuses(flat)["model.fc.weight"] == "written"
+    nested = check(draft("speculators", four), "vllm")  # ids at the top level
+    assert "shape-mismatch" in codes(nested) and "model.fc.weight" in nested.verdict
+
+
 def test_newest_sglang_renames_legacy_midlayer(draft):
     report = check(draft("midlayer"), "sglang")
     assert report.engine == "sglang==0.5.23" and codes(report) == set()

@@ -59,6 +59,7 @@ class DraftDims:
     target_hidden_size: int | None
     num_layers: int = 1
     aux_layer_ids: tuple[int, ...] | None = None
+    aux_ids_at: str | None = None  # where the config holds them: "eagle_config" or "top-level"
     fc_bias: bool = False
     tie_word_embeddings: bool = False
     fc_norm: bool = False
@@ -75,7 +76,7 @@ class DraftDims:
         layer = layer_config(config)
         hidden = int(layer["hidden_size"])
         heads = int(layer["num_attention_heads"])
-        ids, _ = aux_layer_ids(config)
+        ids, ids_at = aux_layer_ids(config)
         draft_vocab = config.get("draft_vocab_size", layer.get("draft_vocab_size"))
         target_hidden = config.get("target_hidden_size", layer.get("target_hidden_size"))
         return cls(
@@ -89,6 +90,7 @@ class DraftDims:
             target_hidden_size=int(target_hidden) if target_hidden is not None else None,
             num_layers=int(layer.get("num_hidden_layers", 1)),
             aux_layer_ids=tuple(ids) if ids else None,
+            aux_ids_at=ids_at,
             fc_bias=bool(config.get("bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
             fc_norm=bool(config.get("fc_norm", False) or config.get("use_aux_norm", False)),

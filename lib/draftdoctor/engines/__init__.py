@@ -71,7 +71,9 @@ class Profile:
     on_unmatched_stacked: tuple[str, str]  # the same for q/k/v/gate/up keys
     # what the engine builds
     fc_bias: str  # "config" (config `bias`), "always", "never"
-    fc_aux_from_ids: bool  # fc width = len(aux ids) x Ht; False: always 3 x Ht
+    # fc width = len(eagle_config's aux ids) x Ht, else 3 x Ht (top-level ids do not count: SGLang
+    # 0.5.23 and vLLM 0.22+ read `eagle_config.eagle_aux_hidden_state_layer_ids`); False: always 3 x Ht
+    fc_aux_from_ids: bool
     supports_fc_norm: bool
     supports_input_norm: bool
     vocab_map_param: str | None  # a parameter for d2t (vLLM) instead of an attribute
@@ -119,7 +121,7 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     H, hd = dims.hidden_size, dims.head_dim
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
     Ht = dims.target_hidden_size or H
-    aux = len(dims.aux_layer_ids or ()) if profile.fc_aux_from_ids and dims.aux_layer_ids else 3
+    aux = len(dims.aux_layer_ids) if profile.fc_aux_from_ids and dims.aux_ids_at == "eagle_config" else 3
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
     if dims.norm_before_fc and profile.supports_input_norm:
         params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
