@@ -63,6 +63,30 @@ def test_vllm_ignores_eagle_config_ids_which_is_harmless_only_if_its_default_lay
     assert "aux-layer-ids" in codes(report, "info") and not report.errors
 
 
+def test_vllm_0_22_reads_eagle_config_ids_as_is_and_0_23_ignores_them(draft, target):
+    """0.22's default runner for a Llama target is V1, which falls back to eagle_config's ids and
+    uses them as-is (one layer below SGLang's reading); from 0.23.0 it is Model Runner V2."""
+    folder, eight = draft("midlayer"), target(layers=8)  # eagle_config ids [0, 2, 4]
+    report = check(folder, "vllm==0.22.0", target=eight)
+    found = next(f for f in report.findings if f.code == "aux-layer-ids")
+    assert found.severity == "warning" and "1 below" in found.message
+    assert "aux-layer-ids" in codes(check(folder, "vllm==0.23.0", target=eight), "error")
+
+
+def test_vllm_up_to_0_24_does_not_read_fc_norm_from_speculators_config(draft):
+    """vLLM 0.22.0-0.24.0 implement fc_norm but their speculators reader does not pass it on, so a
+    speculators draft trained with it builds no fc_norm and fails on its weights; a flat one loads."""
+    norms = {f"fc_norm.{i}.weight": ("F16", (64,)) for i in range(3)}
+    nested = edit_config(draft("speculators", extra=norms), fc_norm=True)
+    report = check(nested, "vllm==0.24.0")
+    assert {"fc-norm-unsupported", "loader-crash"} <= codes(report, "error")
+    assert "does not read from speculators' config" in str(report.findings)
+    assert not check(nested, "vllm==0.25.0").errors
+    flat = edit_config(draft("midlayer", extra=norms), fc_norm=True)
+    report = check(flat, "vllm==0.24.0")
+    assert not report.errors and {p.name: p.status for p in report.params}["model.fc_norm.0.weight"] == "written"
+
+
 def test_aux_ids_outside_target_layers(draft, target):
     folder = draft("midlayer")  # eagle_config ids [0, 2, 4]: SGLang captures 1, 3, 5
     assert "aux-layer-ids" not in codes(check(folder, "sglang==0.5.10", target=target(layers=8)))

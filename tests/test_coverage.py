@@ -110,6 +110,29 @@ def test_vllm_vocab_map_by_release(draft):
         assert statuses(check(smaller, engine))["draft_id_to_target_id"] == "uninitialized"
 
 
+def test_vllm_up_to_0_24_looks_names_up_in_a_dict_and_lets_no_bias_through(draft):
+    """0.22.0-0.24.0: the draft model's own load_weights (`params_dict[name]`, a KeyError); from
+    0.25.0 AutoWeightsLoader, which drops an unexpected bias silently."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    folder = draft("speculators")
+    tensors = load_file(str(folder / "model.safetensors")) | {"fc.bias": np.zeros(64, dtype=np.float16)}
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    old = check(folder, "vllm==0.24.0")
+    assert "loader-crash" in codes(old) and "KeyError: 'fc.bias'" in old.verdict
+    assert codes(check(folder, "vllm==0.25.0")) == {"dropped-keys"}
+
+
+def test_vllm_drops_an_input_norm_its_config_does_not_build(draft):
+    """`input_norm.` keys are mapped to nothing unless the config sets norm_before_fc: the trained
+    norm is lost without a word (every release 0.22.0-0.33.0)."""
+    folder = draft("speculators", extra={"input_norm.weight": ("F16", (192,))})
+    report = check(folder, "vllm==0.30.0")
+    assert {k.key: k.status for k in report.keys}["input_norm.weight"] == "dropped"
+    assert "dropped-keys" in codes(report) and "loader-crash" not in codes(report)
+
+
 def test_fc_width_follows_eagle_config_ids_only(draft):
     """SGLang 0.5.23 and vLLM size fc by `eagle_config`'s aux ids, else for 3: four top-level ids
     (speculators' place) give a 3-state fc that a 4-state fc weight cannot load into."""
@@ -209,13 +232,13 @@ def test_null_target_hidden_size_crashes(draft):
 @pytest.mark.parametrize("spec, expected", [
     ("sglang==0.5.10", "0.4.9"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.4.9"),
     ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.12"), ("vllm", "0.30.0"), ("vllm==0.31.0", "0.30.0"),
-    ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"),
+    ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"), ("vllm==0.22.1", "0.22.0"), ("vllm==0.24.0", "0.23.0"),
 ])
 def test_engine_specs(spec, expected):
     assert resolve_engine(spec)[0].first == expected
 
 
-@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.24.0"])
+@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.21.0"])
 def test_unknown_engine_specs_list_known_ranges(spec):
     with pytest.raises(EngineSpecError) as e:
         resolve_engine(spec)

@@ -64,7 +64,8 @@ TRAINED_CAPTURE_OFFSET = {"eagle_config": 1, "top-level": 0}
 
 
 def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> list[F.Finding]:
-    """Aux ids where the engine does not look, or outside the target."""
+    """Aux ids where the engine does not look, in another convention than the engine's, or outside
+    the target."""
     name = f"{profile.engine} {profile.first}–{profile.last}"
     present = {where: _ids_at(config, where) for where in ("eagle_config", "top-level") if _ids_at(config, where)}
     read = next(((where, present[where]) for where in profile.aux_ids_from if where in present), None)
@@ -94,6 +95,13 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     if read is None:
         return out
     where, ids = read
+    shift = TRAINED_CAPTURE_OFFSET[where] - profile.aux_capture_offset
+    if shift:
+        out.append(F.finding("aux-layer-ids", (
+            f"{where} ids {ids} name the input of layer id + {TRAINED_CAPTURE_OFFSET[where]} (the convention of that "
+            f"place); {name} captures the input of layer id + {profile.aux_capture_offset}, so the draft reads each "
+            f"layer {abs(shift)} {'below' if shift > 0 else 'above'} the one it was trained on. "
+            f"`draftdoctor fix --engine {profile.engine}` converts them"), severity=F.WARNING))
     if n_layers:
         captured = [i + profile.aux_capture_offset for i in ids]
         outside = [i for i, c in zip(ids, captured) if not 1 <= c <= n_layers - 1]
@@ -115,9 +123,11 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     if any(k.removeprefix("model.").startswith("input_norm.") for k in keys):
         options.setdefault("norm_before_fc", True)
     out = []
-    for option in unsupported_options(options, profile):
+    for option in unsupported_options(options, profile, config_format(config)):
         code = OPTION_CODES.get(option, "lossy-config")
-        out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} does not implement: it "
+        why = ("does not read from speculators' config (it reads it from a flat one)"
+               if getattr(profile, DRAFT_OPTIONS[option]) else "does not implement")
+        out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} {why}: it "
                                    "computes a different function than the one trained, and acceptance drops"))
     # `fix --allow-lossy` keeps an option the engine cannot express only in its record, which no
     # engine reads: the draft was still trained with it

@@ -60,6 +60,7 @@ class DraftDims:
     num_layers: int = 1
     aux_layer_ids: tuple[int, ...] | None = None
     aux_ids_at: str | None = None  # where the config holds them: "eagle_config" or "top-level"
+    config_format: str | None = None  # FLAT or SPECULATORS: the config these were read from
     fc_bias: bool = False
     tie_word_embeddings: bool = False
     fc_norm: bool = False
@@ -91,6 +92,7 @@ class DraftDims:
             num_layers=int(layer.get("num_hidden_layers", 1)),
             aux_layer_ids=tuple(ids) if ids else None,
             aux_ids_at=ids_at,
+            config_format=config_format(config),
             fc_bias=bool(config.get("bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
             fc_norm=bool(config.get("fc_norm", False) or config.get("use_aux_norm", False)),
@@ -165,7 +167,7 @@ def rewrite_config(config: dict, profile) -> ConfigRewrite:
         return _to_flat(config, profile)
     if fmt == FLAT:
         return _to_speculators(config, profile)
-    return ConfigRewrite(json.loads(json.dumps(config)), SPECULATORS, [], _lossy(draft_options(config), profile), [])
+    return ConfigRewrite(json.loads(json.dumps(config)), SPECULATORS, [], _lossy(draft_options(config), profile, SPECULATORS), [])
 
 
 def draft_options(config: dict) -> dict:
@@ -179,16 +181,19 @@ def draft_options(config: dict) -> dict:
     return found
 
 
-def unsupported_options(options: dict, profile) -> list[str]:
-    """The options set true that `profile`'s engine does not implement."""
-    return [name for name, value in options.items() if value and not getattr(profile, DRAFT_OPTIONS[name])]
+def unsupported_options(options: dict, profile, fmt: str = FLAT) -> list[str]:
+    """The options set true that `profile`'s engine does not implement, or does not read from a
+    config of format `fmt` (see Profile.speculators_drops)."""
+    return [name for name, value in options.items()
+            if value and (not getattr(profile, DRAFT_OPTIONS[name]) or fmt == SPECULATORS and name in profile.speculators_drops)]
 
 
-def _lossy(options: dict, profile) -> list[str]:
+def _lossy(options: dict, profile, fmt: str) -> list[str]:
     return [
-        f"{name}: true has no equivalent in {profile.engine} {profile.first}–{profile.last}; "
-        "the draft would compute differently there than it was trained"
-        for name in unsupported_options(options, profile)
+        f"{name}: true has no equivalent in {profile.engine} {profile.first}–{profile.last}"
+        + (" (which implements it, but does not read it from speculators' config)" if getattr(profile, DRAFT_OPTIONS[name]) else "")
+        + "; the draft would compute differently there than it was trained"
+        for name in unsupported_options(options, profile, fmt)
     ]
 
 
@@ -269,7 +274,7 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
         record["fields"] = {**record.get("fields", {}), **unsupported}
     if record:
         flat[RECORD_KEY] = record
-    return ConfigRewrite(flat, FLAT, changes, _lossy(options, profile), [])
+    return ConfigRewrite(flat, FLAT, changes, _lossy(options, profile, FLAT), [])
 
 
 def _to_speculators(config: dict, profile) -> ConfigRewrite:
@@ -313,7 +318,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
         "speculators_config": fields.get("speculators_config", json.loads(json.dumps(DEFAULT_SPECULATORS_CONFIG))),
         "transformer_layer_config": layer,
     }
-    lossy = _lossy(options, profile)
+    lossy = _lossy(options, profile, SPECULATORS)
     if flat.get("bias"):
         lossy.append("bias: true (fc has a bias) has no equivalent in speculators' config")
     return ConfigRewrite(out, SPECULATORS, changes, lossy, defaulted)

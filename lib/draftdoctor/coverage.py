@@ -181,6 +181,9 @@ def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | No
     for sub in profile.ignored_keys:
         if sub in name:
             return IGNORED, None, None, f"{sub} is skipped by design"
+    for sub in profile.dropped_unless_built:
+        if sub in name and not any(sub in param for param in params):
+            return DROPPED, None, None, f"the config builds no {sub.strip('.')}; the loader drops it silently"
     for sub, param in profile.renamed_keys:
         if sub in name:
             if param in params:
@@ -206,7 +209,7 @@ def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, 
     last = tried if profile.prefix_rule == "always" and "lm_head" in tried else f"model.{tried}"
     if key.endswith(profile.unmatched_skipped_suffixes):
         return DROPPED, None, None, f"no parameter {last}; skipped silently (unexpected {key.rsplit('.', 1)[-1]} weights are ignored)"
-    said = f': "{message.format(name=last)}"' if message else ""
+    said = f': "{message.format(name=last, local=tried)}"' if message else ""
     if policy == CRASH:
         return CRASHED, None, None, f"no parameter {last}; the load fails{said}"
     if policy == WARN:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..configs import DraftDims
+from ..configs import SPECULATORS, DraftDims
 from ..errors import UserError
 
 SKIP, WARN, CRASH = "skip", "warn", "crash"
@@ -96,6 +96,12 @@ class Profile:
     # the vocab-map parameter is built even when the draft's vocabulary is the target's (else only
     # when they differ); unwritten, its zeros map draft id i to target id i
     vocab_map_always: bool = False
+    # draft options the engine implements but does not read from speculators' config (its reader
+    # does not pass them on): set there, they are off
+    speculators_drops: tuple[str, ...] = ()
+    # substrings of keys for optional modules the loader drops silently when the config does not
+    # build the module (vLLM maps `input_norm.` to nothing unless norm_before_fc)
+    dropped_unless_built: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -123,9 +129,10 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     Ht = dims.target_hidden_size or H
     aux = len(dims.aux_layer_ids) if profile.fc_aux_from_ids and dims.aux_ids_at == "eagle_config" else 3
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
-    if dims.norm_before_fc and profile.supports_input_norm:
+    dropped = profile.speculators_drops if dims.config_format == SPECULATORS else ()
+    if dims.norm_before_fc and profile.supports_input_norm and "norm_before_fc" not in dropped:
         params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
-    if dims.fc_norm and profile.supports_fc_norm:
+    if dims.fc_norm and profile.supports_fc_norm and "fc_norm" not in dropped:
         params += [ParamSpec(f"model.fc_norm.{i}.weight", (Ht,), "norm") for i in range(aux)]
     params.append(ParamSpec("model.fc.weight", (H, aux * Ht), "fc"))
     if profile.fc_bias == "always" or profile.fc_bias == "config" and dims.fc_bias:

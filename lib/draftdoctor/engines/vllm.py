@@ -1,26 +1,30 @@
-"""vLLM's `Eagle3LlamaForCausalLM` (field notes §4; read from vLLM 0.25.0-0.33.0's released source).
+"""vLLM's `Eagle3LlamaForCausalLM` (field notes §4; read from vLLM 0.22.0-0.33.0's released source).
 
 vLLM renames `midlayer.` to `layers.0.`, turns `d2t` into the `draft_id_to_target_id` parameter,
-prefixes every key but `lm_head` with `model.`, and fails loudly on a key it cannot place, except a
-`.bias` one (e.g. `fc.bias`: vLLM's fc has none), which it drops silently. It reads speculators'
-nested config directly. The two rows differ in one thing: up to 0.29.0 the `draft_id_to_target_id`
-parameter always exists (zeros, the identity map, when the checkpoint has no d2t); from 0.30.0 it
-exists only when the draft's vocabulary differs from the target's, so a d2t beside an equal
-vocabulary is a key with nowhere to go. Within each row `llama_eagle3.py` differs only in typing and
-in a pipeline-parallel layer count; the loader and speculators config code differ in ways an
-EAGLE-3 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.24.0.
-
-Aux layer ids are those of Model Runner V2, which these releases use by default for a dense target
-(`VllmConfig.use_v2_model_runner`; from 0.29.0 for MoE targets too): it reads only the top-level
-`eagle_aux_hidden_state_layer_ids` (`get_eagle3_aux_layers_from_config`), as-is. The V1 runner (with
-`VLLM_USE_V2_MODEL_RUNNER=0`, or for EAGLE-3 with pipeline parallelism) also reads
-`eagle_config.eagle_aux_hidden_state_layer_ids`, as-is; `draftdoctor fix` writes top-level ids,
-which both read.
+prefixes every key but `lm_head` with `model.`, fails loudly on a key it cannot place, and reads
+speculators' nested config directly. The rows differ in four things:
+- up to 0.24.0 the draft model's own `load_weights` looks each name up in a dict (KeyError), and
+  speculators' config reader does not pass `fc_norm` or `norm_output` on; from 0.25.0 an
+  AutoWeightsLoader raises ValueError, except for a `.bias` key (e.g. `fc.bias`: vLLM's fc has
+  none), which it drops silently;
+- up to 0.29.0 `draft_id_to_target_id` always exists (zeros, the identity map, when the checkpoint
+  has no d2t); from 0.30.0 only when the draft's vocabulary differs from the target's, so a d2t
+  beside an equal vocabulary is a key with nowhere to go;
+- aux layer ids are read as the default runner reads them for a dense target: the V1 runner up to
+  0.22.1 (top-level `eagle_aux_hidden_state_layer_ids`, else eagle_config's), Model Runner V2 from
+  0.23.0 (`VllmConfig.use_v2_model_runner`; top-level only, `get_eagle3_aux_layers_from_config`),
+  both as-is. With `VLLM_USE_V2_MODEL_RUNNER=0`, or for EAGLE-3 with pipeline parallelism, V1 also
+  reads eagle_config's; `draftdoctor fix` writes top-level ids, which both read.
+Within each row `llama_eagle3.py` differs only in typing, kv-cache-scale handling and a
+pipeline-parallel layer count; the loader and speculators config code differ in ways an EAGLE-3
+draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.21.0.
 """
 
 from . import CRASH, Profile
 
-_UNKNOWN = (CRASH, "ValueError: There is no module or parameter named {name!r} in Eagle3LlamaForCausalLM")
+_NO_PARAMETER = (CRASH, "ValueError: There is no module or parameter named {name!r} in Eagle3LlamaForCausalLM")
+# LlamaModel.load_weights, up to 0.24.0: `param = params_dict[name]`, the name without `model.`
+_NOT_IN_DICT = (CRASH, "KeyError: {local!r}")
 
 _COMMON = dict(
     engine="vllm",
@@ -29,20 +33,27 @@ _COMMON = dict(
     legacy_renames=(("midlayer.", "layers.0."),),
     derived_keys=(),
     renamed_keys=(("d2t", "draft_id_to_target_id"),),
-    ignored_keys=("t2d",),
-    prefix_rule="always", on_unmatched=_UNKNOWN, on_unmatched_stacked=_UNKNOWN,
+    ignored_keys=("t2d", "mask_hidden"),  # mask_hidden: P-EAGLE's, skipped with a warning unless parallel drafting
+    dropped_unless_built=("input_norm.",),  # load_weights: skip/map to None "input_norm." unless norm_before_fc
+    prefix_rule="always",
     fc_bias="never", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
     vocab_map_param="draft_id_to_target_id",
     embed_from_target=True,
     config_formats=("flat", "speculators"),
-    aux_ids_from=("top-level",), aux_capture_offset=0,
+    aux_capture_offset=0,
     supports_norm_output=True, supports_norm_before_residual=True,
-    unmatched_skipped_suffixes=(".bias",),  # AutoWeightsLoader.load_weights: "Ignore unexpected biases"
 )
+_DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT, vocab_map_always=True,
+                    speculators_drops=("fc_norm", "norm_output"))  # algos.update_eagle3 copies neither
+# AutoWeightsLoader.load_weights: "Ignore unexpected biases"
+_AUTO_LOADER = dict(on_unmatched=_NO_PARAMETER, on_unmatched_stacked=_NO_PARAMETER, unmatched_skipped_suffixes=(".bias",))
 
 PROFILES = [
+    Profile(first="0.22.0", last="0.22.1", aux_ids_from=("top-level", "eagle_config"), **_DICT_LOADER, **_COMMON),
+    Profile(first="0.23.0", last="0.24.0", aux_ids_from=("top-level",), **_DICT_LOADER, **_COMMON),
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
-    Profile(first="0.25.0", last="0.29.0", vocab_map_always=True, **_COMMON),
+    Profile(first="0.25.0", last="0.29.0", aux_ids_from=("top-level",), vocab_map_always=True, **_AUTO_LOADER,
+            **_COMMON),
     # ... and from 0.30.0 only `if self.config.draft_vocab_size != target_vocab_size`
-    Profile(first="0.30.0", last="0.33.0", **_COMMON),
+    Profile(first="0.30.0", last="0.33.0", aux_ids_from=("top-level",), **_AUTO_LOADER, **_COMMON),
 ]
