@@ -7,7 +7,7 @@ is used directly so that no GUI backend is ever needed.
 from __future__ import annotations
 
 STATUS_COLORS = {
-    "written": "#2a9d8f", "from-target": "#8ab17d", "identity": "#8ab17d", "partial": "#e9c46a",
+    "written": "#2a9d8f", "from-target": "#8ab17d", "identity": "#a8dadc", "partial": "#e9c46a",
     "uninitialized": "#e76f51", "shape-mismatch": "#9b2226",
 }
 
