@@ -61,6 +61,11 @@ def _ids_at(config: dict, where: str):
 # Where a draft's config keeps its aux ids tells their convention: eagle_config holds SGLang's (the
 # input of target layer id + 1 is captured), the top level speculators' and vLLM's (that of layer id).
 TRAINED_CAPTURE_OFFSET = {"eagle_config": 1, "top-level": 0}
+CONVENTION = {"eagle_config": "SGLang's convention", "top-level": "the convention of speculators and vLLM"}
+
+
+def _input_of(offset: int) -> str:
+    return f"the input of layer id + {offset}" if offset else "the input of layer id"
 
 
 def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> list[F.Finding]:
@@ -98,17 +103,17 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     shift = TRAINED_CAPTURE_OFFSET[where] - profile.aux_capture_offset
     if shift:
         out.append(F.finding("aux-layer-ids", (
-            f"{where} ids {ids} name the input of layer id + {TRAINED_CAPTURE_OFFSET[where]} (the convention of that "
-            f"place); {name} captures the input of layer id + {profile.aux_capture_offset}, so the draft reads each "
-            f"layer {abs(shift)} {'below' if shift > 0 else 'above'} the one it was trained on. "
+            f"{where} ids {ids} name {_input_of(TRAINED_CAPTURE_OFFSET[where])} ({CONVENTION[where]}); {name} "
+            f"captures {_input_of(profile.aux_capture_offset)}, so the draft reads each layer {abs(shift)} "
+            f"{'below' if shift > 0 else 'above'} the one it was trained on. "
             f"`draftdoctor fix --engine {profile.engine}` converts them"), severity=F.WARNING))
     if n_layers:
         captured = [i + profile.aux_capture_offset for i in ids]
         outside = [i for i, c in zip(ids, captured) if not 1 <= c <= n_layers - 1]
         if outside:
             out.append(F.finding("aux-layer-ids", (
-                f"aux layer ids {outside} ({where}) are outside the target's {n_layers} layers: {name} captures the "
-                f"input of layer id + {profile.aux_capture_offset}, which must lie in 1..{n_layers - 1}")))
+                f"aux layer ids {outside} ({where}) are outside the target's {n_layers} layers: {name} captures "
+                f"{_input_of(profile.aux_capture_offset)}, which must lie in 1..{n_layers - 1}")))
     return out
 
 
