@@ -154,6 +154,21 @@ def test_lm_head_missing_and_embed_missing(draft):
     assert "embed-missing" in codes(check(draft("midlayer"), "sglang==0.5.10"), "info")
 
 
+def test_vllm_takes_the_targets_head_and_embedding_for_missing_ones(draft):
+    """vLLM's proposer shares the target's lm_head / embed_tokens when the checkpoint has none
+    (`has_own_lm_head`, `has_own_embed_tokens`): right for the target's vocabulary, a failure at the
+    first draft step for a smaller one; a draft's own embedding is kept (SGLang replaces it)."""
+    full = check(draft("speculators", DraftShape(draft_vocab=None), drop=("lm_head.weight",)), "vllm")
+    assert not full.errors and {p.name: p.status for p in full.params}["lm_head.weight"] == "from-target"
+    assert "lm-head-missing" in codes(full, "info")
+    smaller = check(draft("speculators", drop=("lm_head.weight",)), "vllm")  # 128 of 256 tokens
+    assert "lm-head-missing" in codes(smaller, "error") and "first draft step" in str(smaller.findings)
+    own = draft("speculators", embed=True)
+    embed = {p.name: p for p in check(own, "vllm").params}["model.embed_tokens.weight"]
+    assert embed.status == "written" and not embed.replaced_by_target
+    assert {p.name: p for p in check(own, "sglang==0.5.23").params}["model.embed_tokens.weight"].replaced_by_target
+
+
 def test_target_mismatch(draft, target):
     folder = draft("midlayer")
     report = check(folder, "sglang==0.5.10", target=target(hidden=32, vocab=300, context=4096))

@@ -169,17 +169,27 @@ def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> l
             "target ids, so almost every drafted token is wrong")))
     if d2t is not None:
         out += _vocab_map_problems(d2t, t2d, V, Vd)
-    if Vd is not None and _find(checkpoint, "lm_head.weight") is None:
+    if _find(checkpoint, "lm_head.weight") is None and "lm_head" in profile.from_target_when_absent:
+        fits = Vd in (None, V)
+        out.append(F.finding("lm-head-missing", (
+            "no lm_head.weight: the engine uses the target's head at serve time"
+            + (", as intended" if fits else f", {V} rows for a draft vocabulary of {Vd}: mapping its logits through "
+               "the draft's vocabulary map fails at the first draft step")), severity=F.INFO if fits else F.ERROR))
+    elif Vd is not None and _find(checkpoint, "lm_head.weight") is None:
         out.append(F.finding("lm-head-missing", (
             f"config declares draft_vocab_size {Vd} but the checkpoint has no lm_head.weight: the engine builds its "
             "own head and leaves it at initial values (the draft picks random tokens)")))
-    if _find(checkpoint, "embed_tokens.weight") is None and profile.embed_from_target:
-        shares = dims.target_hidden_size in (None, dims.hidden_size)
+    if _find(checkpoint, "embed_tokens.weight") is None and (profile.embed_from_target
+                                                              or "embed" in profile.from_target_when_absent):
+        fits = dims.target_hidden_size in (None, dims.hidden_size)
+        unusable = ("target_hidden_size differs from hidden_size, so the engine cannot use the target's embedding and "
+                    "this one stays at initial values" if profile.embed_from_target else
+                    f"the engine uses the target's embedding ({dims.target_hidden_size} wide) in a draft {dims.hidden_size} "
+                    "wide: a shape error at the first draft step")
         out.append(F.finding("embed-missing", (
             "no embed_tokens.weight: " + ("the engine uses the target's embedding at serve time, as intended"
-                                          if shares else "target_hidden_size differs from hidden_size, so the engine "
-                                          "cannot use the target's embedding and this one stays at initial values")),
-            severity=F.INFO if shares else F.ERROR))
+                                          if fits else unusable)),
+            severity=F.INFO if fits else F.ERROR))
     return out
 
 

@@ -322,7 +322,8 @@ def settle_unwritten(param: ParamStatus, profile: Profile, dims: DraftDims, spec
     """What a parameter the checkpoint leaves unwritten holds at serve time, when that is not its
     random initial value: the target's tensor (from-target), or an initial value that is already
     right for this draft (identity)."""
-    param.replaced_by_target = from_target(profile, dims, spec)
+    param.replaced_by_target = from_target(profile, dims, spec) or (
+        param.status == UNINITIALIZED and spec.role in profile.from_target_when_absent)
     if param.replaced_by_target and param.status in (UNINITIALIZED, PARTIAL):
         param.status = FROM_TARGET
     elif param.status == UNINITIALIZED and identity_by_default(dims, spec):

@@ -102,6 +102,9 @@ class Profile:
     # substrings of keys for optional modules the loader drops silently when the config does not
     # build the module (vLLM maps `input_norm.` to nothing unless norm_before_fc)
     dropped_unless_built: tuple[str, ...] = ()
+    # parameter roles the engine takes from the target when the checkpoint has no tensor for them
+    # (vLLM's `has_own_embed_tokens` / `has_own_lm_head`), whatever the draft's sizes
+    from_target_when_absent: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:

@@ -38,7 +38,8 @@ _COMMON = dict(
     prefix_rule="always",
     fc_bias="never", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
     vocab_map_param="draft_id_to_target_id",
-    embed_from_target=True,
+    # the proposer keeps a draft's own embedding and head, and takes the target's for a missing one
+    embed_from_target=False, from_target_when_absent=("embed", "lm_head"),
     config_formats=("flat", "speculators"),
     aux_capture_offset=0,
     supports_norm_output=True, supports_norm_before_residual=True,
