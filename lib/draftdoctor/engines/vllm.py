@@ -14,7 +14,9 @@ speculators' nested config directly. The rows differ in four things:
   0.22.1 (top-level `eagle_aux_hidden_state_layer_ids`, else eagle_config's), Model Runner V2 from
   0.23.0 (`VllmConfig.use_v2_model_runner`; top-level only, `get_eagle3_aux_layers_from_config`),
   both as-is. With `VLLM_USE_V2_MODEL_RUNNER=0`, or for EAGLE-3 with pipeline parallelism, V1 also
-  reads eagle_config's; `draftdoctor fix` writes top-level ids, which both read.
+  reads eagle_config's; `draftdoctor fix` writes top-level ids, which both read. (V1 from 0.25.0
+  also keeps a missing embedding at initial values when the draft's width is not the target's,
+  where Model Runner V2 shares the target's anyway: not modelled.)
 Within each row `llama_eagle3.py` differs only in typing, kv-cache-scale handling and a
 pipeline-parallel layer count; the loader and speculators config code differ in ways an EAGLE-3
 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.21.0.
