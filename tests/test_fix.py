@@ -208,6 +208,17 @@ def test_an_identity_d2t_is_left_out_where_vllm_has_no_map_for_an_equal_vocabula
     assert "loader-crash" in {f.code for f in shifted.blocking}
 
 
+@pytest.mark.parametrize("layout, config", [("speculators", "speculators"), ("midlayer", "flat")])
+def test_a_draft_with_four_aux_states_gets_its_fc_width_stated_for_vllm(draft, tmp_path, layout, config):
+    """vLLM sizes fc by num_aux_hidden_states, else eagle_config's ids, else for 3; speculators'
+    config has its ids at the top level, so fix states the count where vLLM's reader looks."""
+    src = draft(layout, DraftShape(aux_layer_ids=(1, 3, 5, 6)), config=config)
+    result = apply_fix(plan_fix(src, "vllm"), tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert result.ok and written["transformer_layer_config"]["num_aux_hidden_states"] == 4
+    assert not check(tmp_path / "out", "vllm").errors
+
+
 # --- config rewrites -----------------------------------------------------------------------------
 
 

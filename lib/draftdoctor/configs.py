@@ -61,6 +61,9 @@ class DraftDims:
     aux_layer_ids: tuple[int, ...] | None = None
     aux_ids_at: str | None = None  # where the config holds them: "eagle_config" or "top-level"
     config_format: str | None = None  # FLAT or SPECULATORS: the config these were read from
+    # fc's aux-state count as the engines' configs state it (flat: top level; speculators: inside
+    # transformer_layer_config, which vLLM's config reader starts from)
+    num_aux_hidden_states: int | None = None
     fc_bias: bool = False
     tie_word_embeddings: bool = False
     fc_norm: bool = False
@@ -93,6 +96,7 @@ class DraftDims:
             aux_layer_ids=tuple(ids) if ids else None,
             aux_ids_at=ids_at,
             config_format=config_format(config),
+            num_aux_hidden_states=int(layer["num_aux_hidden_states"]) if layer.get("num_aux_hidden_states") else None,
             fc_bias=bool(config.get("bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
             fc_norm=bool(config.get("fc_norm", False) or config.get("use_aux_norm", False)),
@@ -167,7 +171,10 @@ def rewrite_config(config: dict, profile) -> ConfigRewrite:
         return _to_flat(config, profile)
     if fmt == FLAT:
         return _to_speculators(config, profile)
-    return ConfigRewrite(json.loads(json.dumps(config)), SPECULATORS, [], _lossy(draft_options(config), profile, SPECULATORS), [])
+    config = json.loads(json.dumps(config))
+    layer = config.get("transformer_layer_config")
+    changes = _state_aux_count(layer, config.get("eagle_aux_hidden_state_layer_ids")) if isinstance(layer, dict) else []
+    return ConfigRewrite(config, SPECULATORS, changes, _lossy(draft_options(config), profile, SPECULATORS), [])
 
 
 def draft_options(config: dict) -> dict:
@@ -195,6 +202,17 @@ def _lossy(options: dict, profile, fmt: str) -> list[str]:
         + "; the draft would compute differently there than it was trained"
         for name in unsupported_options(options, profile, fmt)
     ]
+
+
+def _state_aux_count(layer: dict, ids) -> list[ConfigChange]:
+    """Write into a speculators config's transformer_layer_config how many aux states fc takes,
+    when not 3: vLLM sizes fc by `num_aux_hidden_states`, else by eagle_config's ids (which this
+    format has none of), else for 3, and its config reader starts from transformer_layer_config."""
+    if not ids or len(ids) == 3 or "num_aux_hidden_states" in layer:
+        return []
+    layer["num_aux_hidden_states"] = len(ids)
+    return [ConfigChange("transformer_layer_config.num_aux_hidden_states", ABSENT, len(ids),
+                         f"vLLM sizes fc by it; without it, {len(ids)} aux ids at the top level get a 3-state fc")]
 
 
 def _legacy_rope(layer: dict) -> dict:
@@ -299,6 +317,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
              **{k: v for k, v in flat.items() if k not in FLAT_DRAFT_KEYS and k not in derived}}
     changes.append(ConfigChange("transformer_layer_config", ABSENT, f"{len(layer)} fields",
                                 "speculators' nested config holds the decoder-layer fields there"))
+    changes += _state_aux_count(layer, ids)
     draft_vocab = flat.get("draft_vocab_size")
     if draft_vocab is None:
         draft_vocab = layer.get("vocab_size")

@@ -71,8 +71,8 @@ class Profile:
     on_unmatched_stacked: tuple[str, str]  # the same for q/k/v/gate/up keys
     # what the engine builds
     fc_bias: str  # "config" (config `bias`), "always", "never"
-    # fc width = len(eagle_config's aux ids) x Ht, else 3 x Ht (top-level ids do not count: SGLang
-    # 0.5.23 and vLLM 0.22+ read `eagle_config.eagle_aux_hidden_state_layer_ids`); False: always 3 x Ht
+    # fc width = num_aux_hidden_states x Ht, else len(eagle_config's aux ids) x Ht, else 3 x Ht
+    # (top-level ids do not count: SGLang 0.5.23, vLLM 0.22+); False: always 3 x Ht
     fc_aux_from_ids: bool
     supports_fc_norm: bool
     supports_input_norm: bool
@@ -130,7 +130,9 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     H, hd = dims.hidden_size, dims.head_dim
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
     Ht = dims.target_hidden_size or H
-    aux = len(dims.aux_layer_ids) if profile.fc_aux_from_ids and dims.aux_ids_at == "eagle_config" else 3
+    aux = 3
+    if profile.fc_aux_from_ids:
+        aux = dims.num_aux_hidden_states or (len(dims.aux_layer_ids) if dims.aux_ids_at == "eagle_config" else 3)
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
     dropped = profile.speculators_drops if dims.config_format == SPECULATORS else ()
     if dims.norm_before_fc and profile.supports_input_norm and "norm_before_fc" not in dropped:
