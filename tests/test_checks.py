@@ -82,6 +82,9 @@ def test_vllm_up_to_0_24_does_not_read_fc_norm_from_speculators_config(draft):
     assert {"fc-norm-unsupported", "loader-crash"} <= codes(report, "error")
     assert "does not read from speculators' config" in str(report.findings)
     assert not check(nested, "vllm==0.25.0").errors
+    config = json.loads((nested / "config.json").read_text())
+    edit_config(nested, transformer_layer_config=config["transformer_layer_config"] | {"fc_norm": True})
+    assert not check(nested, "vllm==0.24.0").errors  # where the reader starts: the model sees it
     flat = edit_config(draft("midlayer", extra=norms), fc_norm=True)
     report = check(flat, "vllm==0.24.0")
     assert not report.errors and {p.name: p.status for p in report.params}["model.fc_norm.0.weight"] == "written"

@@ -219,6 +219,19 @@ def test_a_draft_with_four_aux_states_gets_its_fc_width_stated_for_vllm(draft, t
     assert not check(tmp_path / "out", "vllm").errors
 
 
+def test_fc_norm_is_written_where_vllm_up_to_0_24_reads_it(draft, tmp_path):
+    """vLLM 0.22-0.24's reader of speculators' config does not pass fc_norm on, but starts from
+    transformer_layer_config: fix writes the option there too, and the draft loads whole."""
+    src = draft("speculators", extra={f"fc_norm.{i}.weight": ("F16", (64,)) for i in range(3)})
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(config | {"fc_norm": True}))
+    plan = plan_fix(src, "vllm==0.24.0")
+    assert not plan.lossy and "transformer_layer_config.fc_norm" in {c.field for c in plan.config.changes}
+    assert apply_fix(plan, tmp_path / "out").ok
+    report = check(tmp_path / "out", "vllm==0.24.0")
+    assert not report.errors and {p.name: p.status for p in report.params}["model.fc_norm.2.weight"] == "written"
+
+
 # --- config rewrites -----------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
 from .configs import (DRAFT_OPTIONS, FLAT, RECORD_KEY, SPECULATORS, DraftDims, config_format, draft_options,
-                      layer_config, unsupported_options)
+                      layer_config, layer_options, unsupported_options)
 from .engines import Profile
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
@@ -128,7 +128,7 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     if any(k.removeprefix("model.").startswith("input_norm.") for k in keys):
         options.setdefault("norm_before_fc", True)
     out = []
-    for option in unsupported_options(options, profile, config_format(config)):
+    for option in unsupported_options(options, profile, config_format(config), layer_options(config)):
         code = OPTION_CODES.get(option, "lossy-config")
         why = ("does not read from speculators' config (it reads it from a flat one)"
                if getattr(profile, DRAFT_OPTIONS[option]) else "does not implement")

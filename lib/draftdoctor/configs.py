@@ -64,6 +64,7 @@ class DraftDims:
     # fc's aux-state count as the engines' configs state it (flat: top level; speculators: inside
     # transformer_layer_config, which vLLM's config reader starts from)
     num_aux_hidden_states: int | None = None
+    layer_options: tuple[str, ...] = ()  # draft options set inside a speculators transformer_layer_config
     fc_bias: bool = False
     tie_word_embeddings: bool = False
     fc_norm: bool = False
@@ -97,6 +98,7 @@ class DraftDims:
             aux_ids_at=ids_at,
             config_format=config_format(config),
             num_aux_hidden_states=int(layer["num_aux_hidden_states"]) if layer.get("num_aux_hidden_states") else None,
+            layer_options=layer_options(config),
             fc_bias=bool(config.get("bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
             fc_norm=bool(config.get("fc_norm", False) or config.get("use_aux_norm", False)),
@@ -172,9 +174,12 @@ def rewrite_config(config: dict, profile) -> ConfigRewrite:
     if fmt == FLAT:
         return _to_speculators(config, profile)
     config = json.loads(json.dumps(config))
-    layer = config.get("transformer_layer_config")
-    changes = _state_aux_count(layer, config.get("eagle_aux_hidden_state_layer_ids")) if isinstance(layer, dict) else []
-    return ConfigRewrite(config, SPECULATORS, changes, _lossy(draft_options(config), profile, SPECULATORS), [])
+    layer, options = config.get("transformer_layer_config"), draft_options(config)
+    changes = []
+    if isinstance(layer, dict):
+        changes = _state_aux_count(layer, config.get("eagle_aux_hidden_state_layer_ids"))
+        changes += _carry_dropped_options(layer, options, profile)
+    return ConfigRewrite(config, SPECULATORS, changes, _lossy(options, profile, SPECULATORS, layer_options(config)), [])
 
 
 def draft_options(config: dict) -> dict:
@@ -188,20 +193,41 @@ def draft_options(config: dict) -> dict:
     return found
 
 
-def unsupported_options(options: dict, profile, fmt: str = FLAT) -> list[str]:
+def layer_options(config: dict) -> tuple[str, ...]:
+    """The draft options a speculators config sets inside transformer_layer_config, where vLLM's
+    reader of that format starts (so they reach the model even where the reader drops them)."""
+    if config_format(config) != SPECULATORS:
+        return ()
+    return tuple(name for name in DRAFT_OPTIONS if layer_config(config).get(name))
+
+
+def unsupported_options(options: dict, profile, fmt: str = FLAT, carried: tuple[str, ...] = ()) -> list[str]:
     """The options set true that `profile`'s engine does not implement, or does not read from a
-    config of format `fmt` (see Profile.speculators_drops)."""
+    config of format `fmt` (Profile.speculators_drops) unless `carried` where it does read them."""
     return [name for name, value in options.items()
-            if value and (not getattr(profile, DRAFT_OPTIONS[name]) or fmt == SPECULATORS and name in profile.speculators_drops)]
+            if value and (not getattr(profile, DRAFT_OPTIONS[name])
+                          or fmt == SPECULATORS and name in profile.speculators_drops and name not in carried)]
 
 
-def _lossy(options: dict, profile, fmt: str) -> list[str]:
+def _lossy(options: dict, profile, fmt: str, carried: tuple[str, ...] = ()) -> list[str]:
     return [
         f"{name}: true has no equivalent in {profile.engine} {profile.first}–{profile.last}"
         + (" (which implements it, but does not read it from speculators' config)" if getattr(profile, DRAFT_OPTIONS[name]) else "")
         + "; the draft would compute differently there than it was trained"
-        for name in unsupported_options(options, profile, fmt)
+        for name in unsupported_options(options, profile, fmt, carried)
     ]
+
+
+def _carry_dropped_options(layer: dict, options: dict, profile) -> list[ConfigChange]:
+    """Copy into transformer_layer_config the options the engine's reader of speculators' config
+    does not pass on: its config reader starts from there, so the model still sees them."""
+    changes = []
+    for name in profile.speculators_drops:
+        if options.get(name) and not layer.get(name):
+            layer[name] = True
+            changes.append(ConfigChange(f"transformer_layer_config.{name}", ABSENT, True,
+                                        f"{profile.engine} {profile.first}–{profile.last} reads it only there"))
+    return changes
 
 
 def _state_aux_count(layer: dict, ids) -> list[ConfigChange]:
@@ -317,7 +343,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
              **{k: v for k, v in flat.items() if k not in FLAT_DRAFT_KEYS and k not in derived}}
     changes.append(ConfigChange("transformer_layer_config", ABSENT, f"{len(layer)} fields",
                                 "speculators' nested config holds the decoder-layer fields there"))
-    changes += _state_aux_count(layer, ids)
+    changes += _state_aux_count(layer, ids) + _carry_dropped_options(layer, options, profile)
     draft_vocab = flat.get("draft_vocab_size")
     if draft_vocab is None:
         draft_vocab = layer.get("vocab_size")
@@ -337,7 +363,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
         "speculators_config": fields.get("speculators_config", json.loads(json.dumps(DEFAULT_SPECULATORS_CONFIG))),
         "transformer_layer_config": layer,
     }
-    lossy = _lossy(options, profile, SPECULATORS)
+    lossy = _lossy(options, profile, SPECULATORS, layer_options(out))
     if flat.get("bias"):
         lossy.append("bias: true (fc has a bias) has no equivalent in speculators' config")
     return ConfigRewrite(out, SPECULATORS, changes, lossy, defaulted)

@@ -96,8 +96,9 @@ class Profile:
     # the vocab-map parameter is built even when the draft's vocabulary is the target's (else only
     # when they differ); unwritten, its zeros map draft id i to target id i
     vocab_map_always: bool = False
-    # draft options the engine implements but does not read from speculators' config (its reader
-    # does not pass them on): set there, they are off
+    # draft options the engine implements but whose reader of speculators' config does not pass
+    # them on: set only at that config's top level, they are off (inside transformer_layer_config,
+    # where the reader starts, they reach the model)
     speculators_drops: tuple[str, ...] = ()
     # substrings of keys for optional modules the loader drops silently when the config does not
     # build the module (vLLM maps `input_norm.` to nothing unless norm_before_fc)
@@ -134,7 +135,8 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     if profile.fc_aux_from_ids:
         aux = dims.num_aux_hidden_states or (len(dims.aux_layer_ids) if dims.aux_ids_at == "eagle_config" else 3)
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
-    dropped = profile.speculators_drops if dims.config_format == SPECULATORS else ()
+    dropped = ([o for o in profile.speculators_drops if o not in dims.layer_options]
+               if dims.config_format == SPECULATORS else ())
     if dims.norm_before_fc and profile.supports_input_norm and "norm_before_fc" not in dropped:
         params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
     if dims.fc_norm and profile.supports_fc_norm and "fc_norm" not in dropped:
