@@ -107,6 +107,14 @@ class Checkpoint:
     def config_path(self) -> Path:
         return self.folder / CONFIG_NAME
 
+    def named(self, suffix: str):
+        """The tensors named `suffix` or ending in `.` + `suffix` ('d2t', 'fc.weight'), lazily."""
+        return (t for name, t in self.tensors.items() if name == suffix or name.endswith("." + suffix))
+
+    def find(self, suffix: str) -> TensorInfo | None:
+        """The first of `named(suffix)`, if any."""
+        return next(self.named(suffix), None)
+
     @property
     def total_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())

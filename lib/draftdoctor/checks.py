@@ -154,32 +154,29 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     return out
 
 
-def _find(checkpoint: Checkpoint, suffix: str) -> TensorInfo | None:
-    return next((t for name, t in checkpoint.tensors.items() if name == suffix or name.endswith("." + suffix)), None)
-
-
 def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> list[F.Finding]:
     """The draft-to-target vocabulary map, the head, and the embedding."""
     out = []
     V, Vd = dims.vocab_size, dims.draft_vocab_size
-    d2t, t2d = _find(checkpoint, "d2t"), _find(checkpoint, "t2d")
+    d2t, t2d = checkpoint.find("d2t"), checkpoint.find("t2d")
     if Vd is not None and Vd < V and d2t is None:
         out.append(F.finding("vocab-map-missing", (
             f"draft vocabulary {Vd} < target vocabulary {V} but there is no d2t tensor: draft token ids are taken as "
             "target ids, so almost every drafted token is wrong")))
     if d2t is not None:
         out += _vocab_map_problems(d2t, t2d, V, Vd)
-    if _find(checkpoint, "lm_head.weight") is None and "lm_head" in profile.from_target_when_absent:
+    has_head = checkpoint.find("lm_head.weight") is not None
+    if not has_head and "lm_head" in profile.from_target_when_absent:
         fits = Vd in (None, V)
         out.append(F.finding("lm-head-missing", (
             "no lm_head.weight: the engine uses the target's head at serve time"
             + (", as intended" if fits else f", {V} rows for a draft vocabulary of {Vd}: mapping its logits through "
                "the draft's vocabulary map fails at the first draft step")), severity=F.INFO if fits else F.ERROR))
-    elif Vd is not None and _find(checkpoint, "lm_head.weight") is None:
+    elif Vd is not None and not has_head:
         out.append(F.finding("lm-head-missing", (
             f"config declares draft_vocab_size {Vd} but the checkpoint has no lm_head.weight: the engine builds its "
             "own head and leaves it at initial values (the draft picks random tokens)")))
-    if _find(checkpoint, "embed_tokens.weight") is None and (profile.embed_from_target
+    if checkpoint.find("embed_tokens.weight") is None and (profile.embed_from_target
                                                               or "embed" in profile.from_target_when_absent):
         fits = dims.target_hidden_size in (None, dims.hidden_size)
         unusable = ("target_hidden_size differs from hidden_size, so the engine cannot use the target's embedding and "
@@ -219,7 +216,7 @@ def target_checks(checkpoint: Checkpoint, dims: DraftDims, target: dict) -> list
     layer = layer_config(target)
     Ht, V = layer.get("hidden_size"), layer.get("vocab_size")
     out = []
-    fc = _find(checkpoint, "fc.weight")
+    fc = checkpoint.find("fc.weight")
     n_aux = len(dims.aux_layer_ids or ()) or 3
     if fc is not None and Ht and len(fc.shape) == 2 and fc.shape[1] != n_aux * Ht:
         out.append(f"fc.weight takes {fc.shape[1]} inputs but {n_aux} aux layers x target hidden size {Ht} = {n_aux * Ht}")
@@ -281,7 +278,7 @@ def is_eagle3_draft(path) -> bool:
         if "Eagle3" in arch or config.get("speculators_model_type") == "eagle3":
             return True
     try:
-        fc = _find(open_checkpoint(path), "fc.weight")
+        fc = open_checkpoint(path).find("fc.weight")
     except CheckpointError:
         return False
     return fc is not None and len(fc.shape) == 2 and fc.shape[1] >= 3 * fc.shape[0]

@@ -223,7 +223,7 @@ def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, s
         return {}
     return {t.name: "the identity vocabulary map (every offset 0), for which the engine has no parameter when "
                     "the draft's vocabulary is the target's"
-            for t in ckpt.tensors.values() if t.name.rpartition(".")[2] == "d2t" and _all_zero(t)}
+            for t in ckpt.named("d2t") if _all_zero(t)}
 
 
 def _all_zero(t: TensorInfo) -> bool:
