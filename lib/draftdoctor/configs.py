@@ -177,8 +177,7 @@ def rewrite_config(config: dict, profile) -> ConfigRewrite:
     layer, options = config.get("transformer_layer_config"), draft_options(config)
     changes = []
     if isinstance(layer, dict):
-        changes = _state_aux_count(layer, config.get("eagle_aux_hidden_state_layer_ids"))
-        changes += _carry_dropped_options(layer, options, profile)
+        changes = _fill_layer_config(layer, config.get("eagle_aux_hidden_state_layer_ids"), options, profile)
     return ConfigRewrite(config, SPECULATORS, changes, _lossy(options, profile, SPECULATORS, layer_options(config)), [])
 
 
@@ -218,27 +217,23 @@ def _lossy(options: dict, profile, fmt: str, carried: tuple[str, ...] = ()) -> l
     ]
 
 
-def _carry_dropped_options(layer: dict, options: dict, profile) -> list[ConfigChange]:
-    """Copy into transformer_layer_config the options the engine's reader of speculators' config
-    does not pass on: its config reader starts from there, so the model still sees them."""
+def _fill_layer_config(layer: dict, ids, options: dict, profile) -> list[ConfigChange]:
+    """Write into a speculators config's transformer_layer_config what the engine reads only there:
+    vLLM's reader of that format starts from it, then applies its own copies. fc is sized by
+    `num_aux_hidden_states`, else by eagle_config's ids (which this format has none of), else for 3;
+    and that reader drops some options in some releases (`profile.speculators_drops`)."""
     changes = []
+    if ids and len(ids) != 3 and "num_aux_hidden_states" not in layer:
+        layer["num_aux_hidden_states"] = len(ids)
+        changes.append(ConfigChange("transformer_layer_config.num_aux_hidden_states", ABSENT, len(ids),
+                                    f"vLLM sizes fc by it; without it, {len(ids)} aux ids at the top level get a "
+                                    "3-state fc"))
     for name in profile.speculators_drops:
         if options.get(name) and not layer.get(name):
             layer[name] = True
             changes.append(ConfigChange(f"transformer_layer_config.{name}", ABSENT, True,
                                         f"{profile.engine} {profile.first}–{profile.last} reads it only there"))
     return changes
-
-
-def _state_aux_count(layer: dict, ids) -> list[ConfigChange]:
-    """Write into a speculators config's transformer_layer_config how many aux states fc takes,
-    when not 3: vLLM sizes fc by `num_aux_hidden_states`, else by eagle_config's ids (which this
-    format has none of), else for 3, and its config reader starts from transformer_layer_config."""
-    if not ids or len(ids) == 3 or "num_aux_hidden_states" in layer:
-        return []
-    layer["num_aux_hidden_states"] = len(ids)
-    return [ConfigChange("transformer_layer_config.num_aux_hidden_states", ABSENT, len(ids),
-                         f"vLLM sizes fc by it; without it, {len(ids)} aux ids at the top level get a 3-state fc")]
 
 
 def _legacy_rope(layer: dict) -> dict:
@@ -343,7 +338,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
              **{k: v for k, v in flat.items() if k not in FLAT_DRAFT_KEYS and k not in derived}}
     changes.append(ConfigChange("transformer_layer_config", ABSENT, f"{len(layer)} fields",
                                 "speculators' nested config holds the decoder-layer fields there"))
-    changes += _state_aux_count(layer, ids) + _carry_dropped_options(layer, options, profile)
+    changes += _fill_layer_config(layer, ids, options, profile)
     draft_vocab = flat.get("draft_vocab_size")
     if draft_vocab is None:
         draft_vocab = layer.get("vocab_size")
