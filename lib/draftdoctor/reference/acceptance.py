@@ -95,11 +95,12 @@ def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]
 
 
 def demo_cases(data_dir: Path, workdir: Path, n_prompts: int | None = None, max_new_tokens: int = 48,
-               num_steps: int = 4) -> dict[str, tuple[int, Measurement] | str]:
-    """{case: (parameters written, Measurement), or the refusal message} for the four cases above."""
+               num_steps: int = 4, dtype=torch.float32) -> dict[str, tuple[int, Measurement] | str]:
+    """{case: (parameters written, Measurement), or the refusal message} for the four cases above,
+    target and drafts computed in `dtype` (the tests compare float32 with float64)."""
     from draftdoctor.fix import apply_fix, plan_fix
 
-    target = TargetModel.from_dir(data_dir / "target")
+    target = TargetModel.from_dir(data_dir / "target", dtype)
     prompts = tokenized_prompts(data_dir, n_prompts)
     cases = {}
     for name, draft, engine, fixed in (

@@ -119,8 +119,11 @@ def prepare(case: Case, data_dir: Path, workdir: Path, engine: str) -> Path:
 
 
 def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | None = None,
-                  max_new_tokens: int = 48, num_steps: int = 4) -> list[CaseResult]:
-    """Every case of CASES under sglang==`release` on the reference backend; drafts go to `workdir`."""
+                  max_new_tokens: int = 48, num_steps: int = 4, dtype=None) -> list[CaseResult]:
+    """Every case of CASES under sglang==`release` on the reference backend; drafts go to `workdir`.
+    Computed in `dtype` (default float32, what the reference backend serves in)."""
+    import torch
+
     from draftdoctor.configs import aux_layer_ids
     from draftdoctor.coverage import check
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
@@ -130,7 +133,7 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
 
     data_dir, workdir, engine = Path(data_dir), Path(workdir), f"sglang=={release}"
     workdir.mkdir(parents=True, exist_ok=True)
-    target = TargetModel.from_dir(data_dir / "target")
+    target = TargetModel.from_dir(data_dir / "target", dtype or torch.float32)
     prompts = tokenized_prompts(data_dir, n_prompts)
     results = []
     for case in CASES:

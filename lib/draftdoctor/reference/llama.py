@@ -49,6 +49,8 @@ def layer_shape(cfg: dict) -> LayerShape:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # float32 for every input dtype, float64 included, exactly as transformers' LlamaRMSNorm: the
+    # float64 tests then compare against it with both sides rounding here identically
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
@@ -155,6 +157,7 @@ class TargetModel:
         self.shape = layer_shape(config)
         self.n_layers = config["num_hidden_layers"]
         self.vocab_size = config["vocab_size"]
+        self.dtype = dtype  # the draft runs in it too, as an engine runs the draft in the target's dtype
         self.w = {k: v.to(dtype) for k, v in weights.items()}
         if "lm_head.weight" not in self.w:  # tied embeddings
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]

@@ -67,7 +67,7 @@ def load_for_engine(draft_dir, engine: str, target: TargetModel, loader: str = "
         offset, rows = spec.shard_range(key.shard)
         full[offset:offset + rows] = tensors[key.key]
     written = {p.name for p in report.params if p.status in ("written", "partial")}
-    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=engine)
+    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=engine, dtype=target.dtype)
     # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary)
     for p in report.params:
         if p.replaced_by_target and p.role == "embed":
