@@ -2,14 +2,14 @@
 
 Writes (once, in build/bench/real-loader) a tiny speculators-layout draft with a flat config, then per
 supported release times `run_real_loader` (a fresh child process: Python and torch start-up, importing
-SGLang, the gloo group, config, build, load) and the header-only replay `coverage.check`.
+SGLang, the gloo group, config, build, load) and the header-only replay `diagnose.check`.
 Target: a real check under 15 s on 2 cores. Usage: .venv/bin/python benchmarks/real_loader.py
 """
 
 import time
 from pathlib import Path
 
-from draftdoctor import coverage
+from draftdoctor import diagnose
 from draftdoctor.realload import SUPPORTED_RELEASES, ReleaseNotInstalled, run_real_loader
 from draftdoctor.synth import write_draft
 
@@ -32,7 +32,7 @@ def main():
             continue
         real_s = time.perf_counter() - started
         started = time.perf_counter()
-        coverage.check(FOLDER, f"sglang=={release}")
+        diagnose.check(FOLDER, f"sglang=={release}")
         replay_s = time.perf_counter() - started
         written = sum(p["status"] == "written" for p in report["parameters"])
         timings = report["timings"]

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from draftdoctor.coverage import check
+from draftdoctor.diagnose import check
 from draftdoctor.synth import DraftShape
 
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from draftdoctor.checkpoint import open_checkpoint
-from draftdoctor.coverage import check
+from draftdoctor.diagnose import check
 from draftdoctor.engines import EngineSpecError, resolve_engine
 from draftdoctor.layouts import detect_layout
 from draftdoctor.synth import LLAMA_8B, DraftShape, write_draft

@@ -14,7 +14,7 @@ import pytest
 from draftdoctor import fix as fixmod
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.configs import RECORD_KEY, rewrite_config
-from draftdoctor.coverage import check
+from draftdoctor.diagnose import check
 from draftdoctor.engines import resolve_engine
 from draftdoctor.fix import FixError, apply_fix, plan_fix
 from draftdoctor.synth import DraftShape, speculators_config, write_draft

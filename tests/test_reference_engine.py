@@ -20,13 +20,15 @@ from draftdoctor.reference.draft import (  # noqa: E402
     MIDLAYER, build_draft, initial_value,
 )
 from draftdoctor.reference.engine import (  # noqa: E402
-    CaptureMismatch, greedy_generate, sglang_capture_layers, speculative_generate,
+    CaptureMismatch, greedy_generate, speculative_generate,
 )
+from draftdoctor.engines import resolve_engine  # noqa: E402
 from draftdoctor.reference.llama import KVCache, TargetModel, load_safetensors_dir  # noqa: E402
 from draftdoctor.reference.loading import LoadRefused, load_for_engine  # noqa: E402
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 F64 = torch.float64
+sglang_capture_layers = resolve_engine("sglang==0.5.10")[0].captured_layers
 
 
 def assert_same_computation(actual, expected):

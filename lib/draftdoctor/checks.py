@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import auxids
 from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
 from .configs import (DRAFT_OPTIONS, FLAT, RECORD_KEY, SPECULATORS, DraftDims, config_format, draft_options,
@@ -52,18 +53,6 @@ def draft_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims, targ
     return found
 
 
-def _ids_at(config: dict, where: str):
-    holder = config.get("eagle_config") if where == "eagle_config" else config
-    ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
-    return list(ids) if ids else None
-
-
-# Where a draft's config keeps its aux ids tells their convention: eagle_config holds SGLang's (the
-# input of target layer id + 1 is captured), the top level speculators' and vLLM's (that of layer id).
-TRAINED_CAPTURE_OFFSET = {"eagle_config": 1, "top-level": 0}
-CONVENTION = {"eagle_config": "SGLang's convention", "top-level": "the convention of speculators and vLLM"}
-
-
 def _input_of(offset: int) -> str:
     return f"the input of layer id + {offset}" if offset else "the input of layer id"
 
@@ -72,14 +61,14 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     """Aux ids where the engine does not look, in another convention than the engine's, or outside
     the target."""
     name = f"{profile.engine} {profile.first}–{profile.last}"
-    present = {where: _ids_at(config, where) for where in ("eagle_config", "top-level") if _ids_at(config, where)}
+    present = {where: ids for where in auxids.PLACE_OFFSET if (ids := auxids.ids_at(config, where))}
     read = next(((where, present[where]) for where in profile.aux_ids_from if where in present), None)
     n_layers = (target or {}).get("num_hidden_layers")
     out = []
     if present and read is None:
         where, ids = next(iter(present.items()))
         # both engines' default: the inputs of these target layers
-        default = [2, n_layers // 2, n_layers - 3] if n_layers else None
+        default = list(auxids.default_layers(n_layers)) if n_layers else None
         ignored = (f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at "
                    f"{where} are ignored and it captures its default layers"
                    + (f" (for this {n_layers}-layer target, the inputs of layers {default})" if default else ""))
@@ -88,7 +77,7 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
                                  "--target to learn whether they are the trained ones. `draftdoctor fix` moves them",
                                  severity=F.WARNING))
             return out
-        if [i + TRAINED_CAPTURE_OFFSET[where] for i in ids] == default:
+        if auxids.trained_layers(ids, where) == default:
             out.append(F.finding("aux-layer-ids", f"{ignored}, which are the ones the ids name: no harm. "
                                  "`draftdoctor fix` moves them", severity=F.INFO))
             return out
@@ -100,15 +89,15 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     if read is None:
         return out
     where, ids = read
-    shift = TRAINED_CAPTURE_OFFSET[where] - profile.aux_capture_offset
+    shift = auxids.PLACE_OFFSET[where] - profile.aux_capture_offset
     if shift:
         out.append(F.finding("aux-layer-ids", (
-            f"{where} ids {ids} name {_input_of(TRAINED_CAPTURE_OFFSET[where])} ({CONVENTION[where]}); {name} "
+            f"{where} ids {ids} name {_input_of(auxids.PLACE_OFFSET[where])} ({auxids.CONVENTION[where]}); {name} "
             f"captures {_input_of(profile.aux_capture_offset)}, so the draft reads each layer {abs(shift)} "
             f"{'below' if shift > 0 else 'above'} the one it was trained on. "
             f"`draftdoctor fix --engine {profile.engine}` converts them"), severity=F.WARNING))
     if n_layers:
-        captured = [i + profile.aux_capture_offset for i in ids]
+        captured = profile.captured_layers(config, n_layers)
         outside = [i for i, c in zip(ids, captured) if not 1 <= c <= n_layers - 1]
         if outside:
             out.append(F.finding("aux-layer-ids", (

@@ -94,7 +94,7 @@ def _csv(columns: list[list], header: list[str], out) -> None:
 
 
 def cmd_check(args, out) -> int:
-    from .coverage import check
+    from .diagnose import check
     from .tables import shape_texts
 
     report = check(args.path, args.engine, loader=args.loader, target=args.target)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from . import auxids
+
 FLAT = "flat"
 SPECULATORS = "speculators"
 MISSING = "missing"
@@ -33,16 +35,6 @@ def layer_config(config: dict) -> dict:
     if config_format(config) == SPECULATORS:
         return config.get("transformer_layer_config") or {}
     return config
-
-
-def aux_layer_ids(config: dict) -> tuple[list[int] | None, str | None]:
-    """The aux hidden-state layer ids and where they were found (`eagle_config` or `top-level`)."""
-    eagle = config.get("eagle_config") or {}
-    if isinstance(eagle, dict) and eagle.get("eagle_aux_hidden_state_layer_ids"):
-        return list(eagle["eagle_aux_hidden_state_layer_ids"]), "eagle_config"
-    if config.get("eagle_aux_hidden_state_layer_ids"):
-        return list(config["eagle_aux_hidden_state_layer_ids"]), "top-level"
-    return None, None
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,7 @@ class DraftDims:
         layer = layer_config(config)
         hidden = int(layer["hidden_size"])
         heads = int(layer["num_attention_heads"])
-        ids, ids_at = aux_layer_ids(config)
+        ids, ids_at = auxids.find(config)
         draft_vocab = config.get("draft_vocab_size", layer.get("draft_vocab_size"))
         target_hidden = config.get("target_hidden_size", layer.get("target_hidden_size"))
         return cls(
@@ -285,7 +277,7 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
     if "bias" in config:
         flat["bias"] = config["bias"]
     if ids:
-        eagle["eagle_aux_hidden_state_layer_ids"] = [int(i) - 1 for i in ids]
+        eagle["eagle_aux_hidden_state_layer_ids"] = auxids.convert(ids, auxids.TOP_LEVEL, auxids.EAGLE_CONFIG)
         changes.append(ConfigChange("eagle_aux_hidden_state_layer_ids", ids, eagle["eagle_aux_hidden_state_layer_ids"],
                                     "minus 1, in eagle_config: SGLang reads the ids only there and captures id + 1",
                                     "eagle_config.eagle_aux_hidden_state_layer_ids"))
@@ -326,7 +318,7 @@ def _to_speculators(config: dict, profile) -> ConfigRewrite:
                                 "which states the aux-id convention and every option explicitly"))
     if eagle.get("eagle_aux_hidden_state_layer_ids"):
         before = eagle["eagle_aux_hidden_state_layer_ids"]
-        ids = [int(i) + 1 for i in before]
+        ids = auxids.convert(before, auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
         changes.append(ConfigChange("eagle_config.eagle_aux_hidden_state_layer_ids", before, ids,
                                     "plus 1, at the top level: eagle_config ids are in SGLang's convention (it "
                                     "captures id + 1); speculators and vLLM use them as-is",

@@ -363,30 +363,3 @@ def dominant_dtype_bytes(checkpoint: Checkpoint) -> int:
         return 2
     largest = max(checkpoint.tensors.values(), key=lambda t: t.nbytes)
     return max(1, DTYPE_BITS[largest.dtype] // 8)
-
-
-LOADERS = ("replay", "real")
-
-
-def check(path, engine: str, loader: str = "replay", target=None) -> CoverageReport:
-    """The coverage report of `engine` loading the checkpoint at `path`, plus the checks beyond
-    names (draftdoctor.checks), against the target's config when `target` (folder or config.json) is given.
-
-    loader "replay": replay the engine profile over the headers (instant, no engine needed);
-    "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`).
-    """
-    from .checks import draft_checks, read_target_config
-
-    if loader not in LOADERS:
-        raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
-    checkpoint = open_checkpoint(path)
-    target_config = read_target_config(target) if target is not None else None
-    if loader == "real":
-        from .realcheck import real_check
-
-        report = real_check(path, engine)
-    else:
-        report = replay(checkpoint, engine)
-    profile, _ = resolve_engine(engine)
-    report.findings += draft_checks(checkpoint, profile, draft_dims(checkpoint), target_config)
-    return report

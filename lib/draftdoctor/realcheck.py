@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from . import findings as F
-from .checkpoint import open_checkpoint
+from .checkpoint import Checkpoint, open_checkpoint
 from .configs import FLAT, config_format, rewrite_config
 from .coverage import (CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, dominant_dtype_bytes,
@@ -36,17 +36,17 @@ class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
 
 
-def real_check(path, engine: str, timeout: float = 180.0) -> CoverageReport:
-    """The coverage report of `engine`'s own loader on the checkpoint at `path`."""
-    return real_checks([path], engine, timeout=timeout)[0]
+def real_check(checkpoint, engine: str, timeout: float = 180.0) -> CoverageReport:
+    """The coverage report of `engine`'s own loader on a checkpoint (a path or an open `Checkpoint`)."""
+    return real_checks([checkpoint], engine, timeout=timeout)[0]
 
 
-def real_checks(paths, engine: str, timeout: float | None = None) -> list[CoverageReport]:
+def real_checks(checkpoints, engine: str, timeout: float | None = None) -> list[CoverageReport]:
     """`real_check` of several checkpoints in one child process (SGLang's import cost paid once)."""
     from .realload import RealLoaderError, run_real_loaders
 
     profile, release = resolve_engine(engine)
-    checkpoints = [open_checkpoint(p) for p in paths]
+    checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
     with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
         folders = [c.folder for c in checkpoints]
         # an unreadable config builds nothing: load the tensors once more with the config `fix` writes

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import auxids
 from .checkpoint import INDEX_NAME
 
 NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BOOL": np.bool_, "I32": np.int32}
@@ -32,7 +33,7 @@ class DraftShape:
     vocab: int = 256
     draft_vocab: int | None = 128
     target_hidden: int = 64
-    aux_layer_ids: tuple[int, ...] = (1, 3, 5)
+    aux_layer_ids: tuple[int, ...] = (1, 3, 5)  # top-level convention: the inputs of these target layers
     num_layers: int = 1
 
 
@@ -104,8 +105,7 @@ def flat_config(shape: DraftShape) -> dict:
         "rope_theta": 10000.0,
         "torch_dtype": "float16",
         "eagle_config": {
-            # SGLang's convention: it captures id + 1 (field notes §3)
-            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in shape.aux_layer_ids],
+            auxids.KEY: auxids.convert(shape.aux_layer_ids, auxids.TOP_LEVEL, auxids.EAGLE_CONFIG),
             "use_aux_hidden_state": True,
         },
     }

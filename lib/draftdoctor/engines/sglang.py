@@ -4,7 +4,7 @@ Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama load
 0.5.11 (`midlayer`, silent skip), 0.5.23 (`layers` ModuleList, legacy renames).
 """
 
-from . import CRASH, SKIP, WARN, Profile
+from .profile import CRASH, SKIP, WARN, Profile
 
 ONE_LAYER = "EAGLE3 currently only supports 1 layer"
 _SILENT = (SKIP, "")

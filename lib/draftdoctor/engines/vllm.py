@@ -22,7 +22,8 @@ pipeline-parallel layer count; the loader and speculators config code differ in 
 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.21.0.
 """
 
-from . import CRASH, Profile
+from ..auxids import EAGLE_CONFIG, TOP_LEVEL
+from .profile import CRASH, Profile
 
 _NO_PARAMETER = (CRASH, "ValueError: There is no module or parameter named {name!r} in Eagle3LlamaForCausalLM")
 # LlamaModel.load_weights, up to 0.24.0: `param = params_dict[name]`, the name without `model.`
@@ -52,11 +53,11 @@ _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT
 _AUTO_LOADER = dict(on_unmatched=_NO_PARAMETER, on_unmatched_stacked=_NO_PARAMETER, unmatched_skipped_suffixes=(".bias",))
 
 PROFILES = [
-    Profile(first="0.22.0", last="0.22.1", aux_ids_from=("top-level", "eagle_config"), **_DICT_LOADER, **_COMMON),
-    Profile(first="0.23.0", last="0.24.0", aux_ids_from=("top-level",), **_DICT_LOADER, **_COMMON),
+    Profile(first="0.22.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), **_DICT_LOADER, **_COMMON),
+    Profile(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), **_DICT_LOADER, **_COMMON),
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
-    Profile(first="0.25.0", last="0.29.0", aux_ids_from=("top-level",), vocab_map_always=True, **_AUTO_LOADER,
+    Profile(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True, **_AUTO_LOADER,
             **_COMMON),
     # ... and from 0.30.0 only `if self.config.draft_vocab_size != target_vocab_size`
-    Profile(first="0.30.0", last="0.33.0", aux_ids_from=("top-level",), **_AUTO_LOADER, **_COMMON),
+    Profile(first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,), **_AUTO_LOADER, **_COMMON),
 ]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from draftdoctor import auxids
 from draftdoctor import findings as F
 
 if TYPE_CHECKING:
@@ -39,14 +40,14 @@ if TYPE_CHECKING:
 
 def _ids_at_top_level(config: dict) -> None:
     """Move the ids out of eagle_config, back in speculators' convention (id k = input of layer k)."""
-    ids = config["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
-    config["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in ids]
+    ids = config["eagle_config"].pop(auxids.KEY)
+    config[auxids.KEY] = auxids.convert(ids, auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
 
 
 def _ids_unconverted(config: dict) -> None:
     """Leave the ids in eagle_config but undo fix's minus one."""
     eagle = config["eagle_config"]
-    eagle["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in eagle["eagle_aux_hidden_state_layer_ids"]]
+    eagle[auxids.KEY] = auxids.convert(eagle[auxids.KEY], auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,7 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
     Computed in `dtype` (default float32, what the reference backend serves in)."""
     import torch
 
-    from draftdoctor.configs import aux_layer_ids
-    from draftdoctor.coverage import check
+    from draftdoctor.diagnose import check
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
     from draftdoctor.reference.engine import CaptureMismatch
     from draftdoctor.reference.llama import TargetModel
@@ -140,7 +140,7 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
         draft_dir = prepare(case, data_dir, workdir, engine)
         report = check(draft_dir, engine, target=data_dir / "target")
         result = CaseResult(case, draft_dir, [f for f in report.findings if f.severity in (F.ERROR, F.WARNING)],
-                            aux_layer_ids(json.loads((draft_dir / "config.json").read_text())))
+                            auxids.find(json.loads((draft_dir / "config.json").read_text())))
         loaded = load_for_engine(draft_dir, engine, target)
         result.capture = loaded.capture
         draft = loaded.draft.with_norm_before_residual() if case.as_trained else loaded.draft

@@ -11,10 +11,10 @@ One request at a time:
   accepts the longest prefix of drafts equal to its own argmax, plus one bonus token; rejected
   KV entries are dropped; then the draft extends over the accepted positions.
 
-Aux hidden states: SGLang captures the *input* of target layers id + 1 for ids read from the draft
-config's `eagle_config.eagle_aux_hidden_state_layer_ids`, else layers [2, N//2, N-3]
-(`sglang_capture_layers`). Each layer is captured once, so on a 6-layer target the default
-[2, 3, 3] gives two aux states where the draft's fc needs three: `CaptureMismatch`.
+Aux hidden states: the caller passes the target layers whose input the emulated release captures
+(`Profile.captured_layers`, from `draftdoctor.auxids`). Each layer is captured once, so on a 6-layer
+target SGLang's default [2, 3, 3] gives two aux states where the draft's fc needs three:
+`CaptureMismatch`.
 """
 
 from __future__ import annotations
@@ -25,19 +25,6 @@ import torch
 
 from draftdoctor.reference.draft import EagleDraft
 from draftdoctor.reference.llama import TargetModel
-
-
-def sglang_capture_layers(draft_config: dict, n_target_layers: int) -> tuple[int, ...]:
-    """Target layers whose input SGLang captures for this draft config.
-
-    Only `eagle_config.eagle_aux_hidden_state_layer_ids` is read (a top-level
-    `eagle_aux_hidden_state_layer_ids` is ignored); each id k means the output of layer k,
-    i.e. the input of layer k + 1. Without ids: inputs of layers [2, N//2, N-3].
-    """
-    ids = (draft_config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if ids is None:
-        return (2, n_target_layers // 2, n_target_layers - 3)
-    return tuple(k + 1 for k in ids)
 
 
 @dataclass

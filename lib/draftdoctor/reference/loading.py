@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from ..checkpoint import open_checkpoint
-from ..coverage import DERIVED, LOADED, CoverageReport, check, draft_dims
+from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims
+from ..diagnose import check
 from ..engines import parameters, resolve_engine
 from .draft import EagleDraft, build_draft, initial_value
-from .engine import sglang_capture_layers
 from .llama import TargetModel, load_safetensors_dir
 
 REFUSING_CODES = ("config-unreadable", "loader-crash", "shape-mismatch")
@@ -74,4 +74,4 @@ def load_for_engine(draft_dir, engine: str, target: TargetModel, loader: str = "
             draft.params[p.name] = target.embed
         elif p.replaced_by_target and p.role == "lm_head":
             draft.params[p.name] = target.w["lm_head.weight"]
-    return LoadedDraft(draft, report, sglang_capture_layers(checkpoint.config, target.n_layers), written)
+    return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written)

@@ -1,0 +1,188 @@
+"""What an engine profile row holds: how one engine release range builds and loads an EAGLE-3 draft.
+
+A `Profile` is data: one row per engine release range (field notes §3, §4), holding the parameter
+naming, the name-resolution steps of the release's `load_weights` in order, what happens to a key
+that matches nothing, and which configs the release can read. `parameters()` turns a profile and a
+draft's dimensions into the parameter list the engine would create. The rows are in `sglang.py` and
+`vllm.py`; `draftdoctor.engines` looks one up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .. import auxids
+from ..configs import SPECULATORS, DraftDims
+from ..errors import UserError
+
+SKIP, WARN, CRASH = "skip", "warn", "crash"
+
+# (checkpoint substring, fused parameter substring, shard id): the same in every engine read.
+STACKED = (
+    (".q_proj", ".qkv_proj", "q"),
+    (".k_proj", ".qkv_proj", "k"),
+    (".v_proj", ".qkv_proj", "v"),
+    (".gate_proj", ".gate_up_proj", 0),
+    (".up_proj", ".gate_up_proj", 1),
+)
+
+
+class EngineSpecError(UserError, ValueError):
+    """An engine spec that names no known engine or release."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter the engine creates; `shards` maps a shard id to its (row offset, rows)."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # embed | fc | layer | norm | lm_head | vocab-map
+    shards: dict = field(default_factory=dict)
+
+    def shard_range(self, shard) -> tuple[int, int]:
+        """(row offset, rows) of a shard, given by its id or its id as a string ("q", "0")."""
+        return next(v for s, v in self.shards.items() if str(s) == str(shard))
+
+    def shard_shape(self, shard) -> tuple[int, ...]:
+        """The shape a checkpoint tensor must have to load into `shard` (None: the whole parameter)."""
+        return self.shape if shard is None else (self.shard_range(shard)[1], *self.shape[1:])
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How one engine release range builds and loads an EAGLE-3 draft."""
+
+    engine: str
+    first: str  # first release of the range, inclusive
+    last: str  # last release of the range, inclusive
+    architectures: tuple[str, ...]  # config `architectures` the engine maps to its draft class
+    layer_prefix: str  # parameter prefix of decoder layer i, `{i}` formatted
+    single_layer_error: str | None  # raised at build when num_layers != 1; None: any count
+    # name resolution, in the order load_weights applies it
+    legacy_renames: tuple[tuple[str, str], ...]  # substring renames applied first
+    derived_keys: tuple[tuple[str, str], ...]  # (substring, attribute): key becomes an attribute
+    renamed_keys: tuple[tuple[str, str], ...]  # (substring, parameter): key loads into that parameter
+    ignored_keys: tuple[str, ...]  # substrings skipped by design
+    prefix_rule: str  # "fallback": as-is, then "model."+name | "always": "model."+name except lm_head
+    # (policy, engine's message) for a key matching no parameter; policy: skip | warn | crash;
+    # the message is formatted with the parameter name last looked up
+    on_unmatched: tuple[str, str]
+    on_unmatched_stacked: tuple[str, str]  # the same for q/k/v/gate/up keys
+    # what the engine builds
+    fc_bias: str  # "config" (config `bias`), "always", "never"
+    # fc width = num_aux_hidden_states x Ht, else len(eagle_config's aux ids) x Ht, else 3 x Ht
+    # (top-level ids do not count: SGLang 0.5.23, vLLM 0.22+); False: always 3 x Ht
+    fc_aux_from_ids: bool
+    supports_fc_norm: bool
+    supports_input_norm: bool
+    vocab_map_param: str | None  # a parameter for d2t (vLLM) instead of an attribute
+    embed_from_target: bool  # the draft's embedding is replaced by the target's at serve time
+    config_formats: tuple[str, ...]  # flat and/or speculators
+    # speculators' draft options the engine implements beyond fc_norm / norm_before_fc (above)
+    supports_norm_output: bool = False
+    supports_norm_before_residual: bool = False
+    supports_qk_norm: bool = False  # q_norm/k_norm in the draft's attention (qwen3-style drafts)
+    # aux hidden-state layer ids: where the engine reads them (in order) and what it captures:
+    # the input of target layer id + offset (SGLang adds 1; vLLM and speculators use ids as-is)
+    aux_ids_from: tuple[str, ...] = (auxids.EAGLE_CONFIG,)
+    aux_capture_offset: int = 1
+    # (parameter suffix, dim): weights the loader pads with zeros or cuts to fit along that dim
+    # instead of failing (SGLang's row- and merged-column-parallel loaders, `pad_or_narrow_weight`)
+    resized_silently: tuple[tuple[str, int], ...] = ()
+    # key endings that, matching no parameter, are skipped silently whatever `on_unmatched` says
+    # (vLLM's AutoWeightsLoader ignores unexpected `.bias` weights)
+    unmatched_skipped_suffixes: tuple[str, ...] = ()
+    # the vocab-map parameter is built even when the draft's vocabulary is the target's (else only
+    # when they differ); unwritten, its zeros map draft id i to target id i
+    vocab_map_always: bool = False
+    # draft options the engine implements but whose reader of speculators' config does not pass
+    # them on: set only at that config's top level, they are off (inside transformer_layer_config,
+    # where the reader starts, they reach the model)
+    speculators_drops: tuple[str, ...] = ()
+    # substrings of keys for optional modules the loader drops silently when the config does not
+    # build the module (vLLM maps `input_norm.` to nothing unless norm_before_fc)
+    dropped_unless_built: tuple[str, ...] = ()
+    # parameter roles the engine takes from the target when the checkpoint has no tensor for them
+    # (vLLM's `has_own_embed_tokens` / `has_own_lm_head`), whatever the draft's sizes
+    from_target_when_absent: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> str:
+        return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+
+    def contains(self, version: str) -> bool:
+        return parse_version(self.first) <= parse_version(version) <= parse_version(self.last)
+
+    def layer_name(self, i: int) -> str:
+        return self.layer_prefix.format(i=i)
+
+    def captured_layers(self, config: dict, n_layers: int) -> tuple[int, ...]:
+        """Target layers whose input the engine captures as aux states for this draft config."""
+        return auxids.captured_layers(config, n_layers, self.aux_ids_from, self.aux_capture_offset)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", text.strip())
+    if not m:
+        raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10 or 0.4.4.post2")
+    return tuple(int(g or 0) for g in m.groups())
+
+
+def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
+    """The parameters `profile`'s draft class creates for a draft of `dims`, in module order."""
+    H, hd = dims.hidden_size, dims.head_dim
+    q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
+    Ht = dims.target_hidden_size or H
+    aux = 3
+    if profile.fc_aux_from_ids:
+        aux = dims.num_aux_hidden_states or (len(dims.aux_layer_ids) if dims.aux_ids_at == auxids.EAGLE_CONFIG else 3)
+    params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
+    dropped = ([o for o in profile.speculators_drops if o not in dims.layer_options]
+               if dims.config_format == SPECULATORS else ())
+    if dims.norm_before_fc and profile.supports_input_norm and "norm_before_fc" not in dropped:
+        params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
+    if dims.fc_norm and profile.supports_fc_norm and "fc_norm" not in dropped:
+        params += [ParamSpec(f"model.fc_norm.{i}.weight", (Ht,), "norm") for i in range(aux)]
+    params.append(ParamSpec("model.fc.weight", (H, aux * Ht), "fc"))
+    if profile.fc_bias == "always" or profile.fc_bias == "config" and dims.fc_bias:
+        params.append(ParamSpec("model.fc.bias", (H,), "fc"))
+    for i in range(dims.num_layers if profile.single_layer_error is None else 1):
+        L = profile.layer_name(i)
+        width = 2 * H if i == 0 else H
+        params += [
+            ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer",
+                      {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}),
+            ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"),
+            ParamSpec(f"{L}mlp.gate_up_proj.weight", (2 * dims.intermediate_size, H), "layer",
+                      {0: (0, dims.intermediate_size), 1: (dims.intermediate_size, dims.intermediate_size)}),
+            ParamSpec(f"{L}mlp.down_proj.weight", (H, dims.intermediate_size), "layer"),
+            ParamSpec(f"{L}input_layernorm.weight", (H,), "layer"),
+            ParamSpec(f"{L}post_attention_layernorm.weight", (H,), "layer"),
+            ParamSpec(f"{L}hidden_norm.weight", (H,), "layer"),
+        ]
+    params.append(ParamSpec("model.norm.weight", (H,), "norm"))
+    if not dims.tie_word_embeddings:
+        params.append(ParamSpec("lm_head.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head"))
+    if profile.vocab_map_param and (profile.vocab_map_always or not _same_vocabulary(dims)):
+        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
+    return params
+
+
+def _same_vocabulary(dims: DraftDims) -> bool:
+    return dims.draft_vocab_size in (None, dims.vocab_size)
+
+
+def from_target(profile: Profile, dims: DraftDims, param: ParamSpec) -> bool:
+    """Whether the engine replaces this parameter with the target's at serve time."""
+    if param.role == "embed":
+        return profile.embed_from_target and (dims.target_hidden_size in (None, dims.hidden_size))
+    return param.role == "lm_head" and dims.draft_vocab_size is None
+
+
+def identity_by_default(dims: DraftDims, param: ParamSpec) -> bool:
+    """Whether the parameter's initial value is already right for this draft: a vocab map's zeros
+    map each draft id to the same target id, which is right when the two vocabularies are one."""
+    return param.role == "vocab-map" and _same_vocabulary(dims)
