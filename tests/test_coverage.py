@@ -235,7 +235,7 @@ def test_null_target_hidden_size_crashes(draft):
     ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"), ("vllm==0.22.1", "0.22.0"), ("vllm==0.24.0", "0.23.0"),
 ])
 def test_engine_specs(spec, expected):
-    assert resolve_engine(spec)[0].first == expected
+    assert resolve_engine(spec).profile.first == expected
 
 
 @pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.21.0"])

@@ -256,7 +256,7 @@ def test_norm_before_residual_is_lossy_for_sglang_and_refused_unless_allowed(dra
                                                   ("norm_output", "sglang==0.5.23", False), ("norm_output", "vllm", False)])
 def test_options_an_engine_lacks_are_lossy(option, engine, lossy):
     config = speculators_config(DraftShape()) | {option: True}
-    rewrite = rewrite_config(config, resolve_engine(engine)[0])
+    rewrite = rewrite_config(config, resolve_engine(engine).profile)
     assert bool(rewrite.lossy) is lossy
     if not lossy and rewrite.format == "flat":
         assert rewrite.config[option] is True
@@ -264,19 +264,19 @@ def test_options_an_engine_lacks_are_lossy(option, engine, lossy):
 
 def test_null_target_hidden_size_is_left_out_of_the_flat_config():
     config = speculators_config(DraftShape()) | {"target_hidden_size": None}
-    flat = rewrite_config(config, resolve_engine("sglang==0.5.10")[0]).config
+    flat = rewrite_config(config, resolve_engine("sglang==0.5.10").profile).config
     assert "target_hidden_size" not in flat
-    back = rewrite_config(flat, resolve_engine("vllm")[0]).config
+    back = rewrite_config(flat, resolve_engine("vllm").profile).config
     assert back == config
 
 
 def test_llama3_rope_is_restated_for_old_transformers_and_restored_on_the_way_back():
     config = speculators_config(DraftShape())
     config["transformer_layer_config"]["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}
-    flat = rewrite_config(config, resolve_engine("sglang==0.5.10")[0]).config
+    flat = rewrite_config(config, resolve_engine("sglang==0.5.10").profile).config
     assert flat["rope_theta"] == 500000.0 and flat["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0}
     assert flat["rope_parameters"]["rope_theta"] == 500000.0
-    assert rewrite_config(flat, resolve_engine("vllm")[0]).config == config
+    assert rewrite_config(flat, resolve_engine("vllm").profile).config == config
 
 
 def test_flat_config_from_sglang_becomes_speculators_with_ids_plus_one_and_explicit_options(draft):

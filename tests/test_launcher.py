@@ -16,7 +16,7 @@ from draftdoctor.serving.launcher import (
 def test_sglang_command_for_the_story():
     config = ServeConfig(target="/m/kimi", draft="/m/draft", num_steps=4, topk=1, num_draft_tokens=5, port=30000,
                          tp_size=8, disable_cuda_graph=True)
-    argv = server_command("sglang", config, release="0.5.10", python="python")
+    argv = server_command("sglang", config, engine="sglang==0.5.10", python="python")
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
     joined = " ".join(argv)
     assert "--model-path /m/kimi --speculative-algorithm EAGLE3 --speculative-draft-model-path /m/draft" in joined

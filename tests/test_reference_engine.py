@@ -28,7 +28,7 @@ from draftdoctor.reference.loading import LoadRefused, load_for_engine  # noqa: 
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 F64 = torch.float64
-sglang_capture_layers = resolve_engine("sglang==0.5.10")[0].captured_layers
+sglang_capture_layers = resolve_engine("sglang==0.5.10").profile.captured_layers
 
 
 def assert_same_computation(actual, expected):

@@ -211,14 +211,23 @@ def _serve_config(args):
                        extra_args=extra)
 
 
-def _release(args) -> str | None:
-    """The SGLang release whose flags and log formats apply: --engine, else the installed one."""
-    from .engines import resolve_engine
+def _serving_engine(args):
+    """(Engine or None, label): the SGLang release served (sglang: --engine, else the installed one) or
+    emulated (reference: --engine, else the default), decided here once for serve and bench."""
+    from .engines import EngineSpecError, resolve_engine
     from .serving.bench import installed_sglang_release
+    from .serving.launcher import REFERENCE_DEFAULT_ENGINE
 
+    if args.backend == "reference":
+        return resolve_engine(args.engine or REFERENCE_DEFAULT_ENGINE), "reference backend (CPU; not SGLang itself)"
     if args.engine:
-        return resolve_engine(args.engine)[1]
-    return installed_sglang_release() if args.backend == "sglang" else "0.5.10"
+        engine = resolve_engine(args.engine)
+        return engine, f"SGLang {engine.release}"
+    installed = installed_sglang_release()
+    try:  # a release newer than the kit knows still serves, with the newest flags it knows
+        return (resolve_engine(f"sglang=={installed}") if installed else None), f"SGLang {installed}"
+    except EngineSpecError:
+        return None, f"SGLang {installed}"
 
 
 def cmd_serve(args, out) -> int:
@@ -227,11 +236,9 @@ def cmd_serve(args, out) -> int:
     from .serving.launcher import serve
 
     config = _serve_config(args)
-    release = _release(args)
-    engine = f"sglang=={release}" if args.backend == "reference" else None
-    label = "reference backend (CPU; not SGLang itself)" if args.backend == "reference" else f"SGLang {release}"
+    engine, label = _serving_engine(args)
     sys.stderr.write(f"starting {label}; log: {args.log}\n")
-    server = serve(args.backend, config, args.log, release=release, engine=engine, loader=args.loader,
+    server = serve(args.backend, config, args.log, engine=engine, loader=args.loader,
                    ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
     try:
         out.write(f"{label} ready at {server.base_url} (Ctrl-C stops it)\n")
@@ -265,15 +272,13 @@ def cmd_bench(args, out) -> int:
     for path in [args.target] + [p for _, p in drafts]:
         if not Path(path).exists() and args.backend == "reference":
             raise _UsageError(f"{path}: no such file or folder")
-    release = _release(args)
+    engine, label = _serving_engine(args)
     prompts = load_prompts(args.prompts, limit=args.num_prompts)
-    label = "reference backend (CPU)" if args.backend == "reference" else f"SGLang {release}"
 
     def progress(message):
         sys.stderr.write(f"[{label}] {message}\n")
 
-    runs = bench_drafts(args.backend, args.target, drafts, args.out, prompts, release=release,
-                        engine=f"sglang=={release}" if args.backend == "reference" else None, loader=args.loader,
+    runs = bench_drafts(args.backend, args.target, drafts, args.out, prompts, engine=engine, loader=args.loader,
                         num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                         extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
                         ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)

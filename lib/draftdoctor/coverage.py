@@ -259,9 +259,11 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
     return None
 
 
-def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
-    """The coverage report of loading `checkpoint` with `engine`'s profile (e.g. 'sglang==0.5.10')."""
-    profile, release = resolve_engine(engine)
+def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
+    """The coverage report of loading `checkpoint` with `engine`'s profile (an Engine, or a spec
+    such as 'sglang==0.5.10')."""
+    engine = resolve_engine(engine)
+    profile, release = engine.profile, engine.release
     dims = draft_dims(checkpoint)
     dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
@@ -308,7 +310,7 @@ def replay(checkpoint: Checkpoint, engine: str) -> CoverageReport:
             crashed = True
         keys.append(ks)
     report = CoverageReport(
-        engine=f"{profile.engine}=={release}", loader="replay", path=str(checkpoint.path),
+        engine=engine.spec, loader="replay", path=str(checkpoint.path),
         layout=detect_layout(checkpoint.tensors, checkpoint.config), config_format=config_format(checkpoint.config),
         params=list(params.values()), keys=keys, findings=findings,
     )

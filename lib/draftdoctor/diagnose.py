@@ -16,8 +16,8 @@ from .realcheck import real_check
 LOADERS = ("replay", "real")
 
 
-def check(path, engine: str, loader: str = "replay", target=None) -> CoverageReport:
-    """The coverage report of `engine` loading the checkpoint at `path`, plus the checks beyond
+def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
+    """The coverage report of `engine` (an Engine, or a spec) loading the checkpoint at `path`, plus the checks beyond
     names (draftdoctor.checks), against the target's config when `target` (folder or config.json) is given.
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed);
@@ -25,12 +25,12 @@ def check(path, engine: str, loader: str = "replay", target=None) -> CoverageRep
     """
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
+    engine = resolve_engine(engine)
     checkpoint = open_checkpoint(path)
     target_config = read_target_config(target) if target is not None else None
     if loader == "real":
         report = real_check(checkpoint, engine)
     else:
         report = replay(checkpoint, engine)
-    profile, _ = resolve_engine(engine)
-    report.findings += draft_checks(checkpoint, profile, draft_dims(checkpoint), target_config)
+    report.findings += draft_checks(checkpoint, engine.profile, draft_dims(checkpoint), target_config)
     return report

@@ -36,7 +36,7 @@ from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, C
                          TensorInfo, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .coverage import CoverageReport, draft_dims, replay
-from .engines import parameters, resolve_engine
+from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
 from .renames import choose
 from .errors import UserError
@@ -82,7 +82,7 @@ class FixPlan:
     """Everything `apply_fix` will do, decided from headers, and the coverage it predicts."""
 
     src: Path
-    engine: str
+    engine: Engine  # what the plan is for (its `.spec` for display)
     checkpoint: Checkpoint = field(repr=False)
     layout: Layout
     rule: str
@@ -133,7 +133,7 @@ class FixPlan:
 
     def to_dict(self) -> dict:
         return {
-            "src": str(self.src), "engine": self.engine,
+            "src": str(self.src), "engine": self.engine.spec,
             "layout": {"name": self.layout.name, "evidence": list(self.layout.evidence)}, "rule": self.rule,
             "tensors": [asdict(t) | {"action": t.action} for t in self.tensors],
             "config": {"format": self.config.format, "changes": [asdict(c) for c in self.config.changes],
@@ -180,9 +180,11 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
     return out
 
 
-def plan_fix(src, engine: str) -> FixPlan:
-    """Plan the rewrite of the draft at `src` for `engine` (e.g. 'sglang==0.5.10'), from headers alone."""
-    profile, release = resolve_engine(engine)
+def plan_fix(src, engine) -> FixPlan:
+    """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
+    'sglang==0.5.10'), from headers alone."""
+    engine = resolve_engine(engine)
+    profile = engine.profile
     ckpt = open_checkpoint(src)
     fmt = config_format(ckpt.config)
     if fmt == MISSING:
@@ -205,12 +207,12 @@ def plan_fix(src, engine: str) -> FixPlan:
     moves = [TensorMove(t.name, renaming.names[t.name], t.file.name, t.dtype, t.shape, t.nbytes,
                         renaming.reasons[t.name])
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
-    predicted = replay(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), f"{profile.engine}=={release}")
+    predicted = replay(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine)
     found = list(predicted.findings)
     found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves, predicted)
-    return FixPlan(ckpt.path, f"{profile.engine}=={release}", ckpt, layout, renaming.mapper.description, moves,
+    return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
                    rewrite, _other_files(ckpt), predicted, found)
 
 
@@ -296,7 +298,7 @@ class FixResult:
     def to_dict(self) -> dict:
         cov = self.verification.coverage
         return {
-            "src": str(self.plan.src), "dst": str(self.dst), "engine": self.plan.engine, "ok": self.ok,
+            "src": str(self.plan.src), "dst": str(self.dst), "engine": self.plan.engine.spec, "ok": self.ok,
             "written": self.written, "tensors_renamed": self.tensors_renamed, "tensors_copied": self.tensors_copied,
             "tensors_omitted": self.tensors_omitted, "bytes_copied": self.bytes_copied,
             "files_copied": self.files_copied, "seconds": round(self.seconds, 3), "copy_method": self.copy_method,

@@ -36,16 +36,17 @@ class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
 
 
-def real_check(checkpoint, engine: str, timeout: float = 180.0) -> CoverageReport:
+def real_check(checkpoint, engine, timeout: float = 180.0) -> CoverageReport:
     """The coverage report of `engine`'s own loader on a checkpoint (a path or an open `Checkpoint`)."""
     return real_checks([checkpoint], engine, timeout=timeout)[0]
 
 
-def real_checks(checkpoints, engine: str, timeout: float | None = None) -> list[CoverageReport]:
+def real_checks(checkpoints, engine, timeout: float | None = None) -> list[CoverageReport]:
     """`real_check` of several checkpoints in one child process (SGLang's import cost paid once)."""
     from .realload import RealLoaderError, run_real_loaders
 
-    profile, release = resolve_engine(engine)
+    engine = resolve_engine(engine)
+    profile, release = engine.profile, engine.release
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
     with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
         folders = [c.folder for c in checkpoints]
@@ -97,9 +98,10 @@ def _error_finding(error: dict, checkpoint) -> F.Finding:
                                      f" the draft{where}: {message}")
 
 
-def from_real(raw: dict, checkpoint, engine: str) -> CoverageReport:
+def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
     """Map a `realload` report onto a CoverageReport (loader "real")."""
-    profile, release = resolve_engine(engine)
+    engine = resolve_engine(engine)
+    profile = engine.profile
     dims = draft_dims(checkpoint)
     specs = {p.name: p for p in parameters(profile, dims)}
     bytes_per = dominant_dtype_bytes(checkpoint)
@@ -149,7 +151,7 @@ def from_real(raw: dict, checkpoint, engine: str) -> CoverageReport:
                                   nbytes=t.nbytes))
     if error:
         findings.insert(0, _error_finding(error, checkpoint))
-    report = CoverageReport(engine=f"{profile.engine}=={release}", loader="real", path=str(checkpoint.path),
+    report = CoverageReport(engine=engine.spec, loader="real", path=str(checkpoint.path),
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,
                             findings=findings)

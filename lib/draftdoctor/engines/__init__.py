@@ -1,26 +1,69 @@
 """Engine profiles: every fact that differs by engine and release, as data, and the one lookup.
 
-`profile.py` defines what a row holds (`Profile`) and turns a row and a draft's dimensions into the
-engine's parameter list; `sglang.py` and `vllm.py` hold the rows. Adding a release is one new row
-and a test.
+`profile.py` defines what a row holds (`Profile`: building and loading the draft; `ServingFacts`:
+what a served release spells and reports) and turns a row and a draft's dimensions into the engine's
+parameter list; `sglang.py` and `vllm.py` hold the rows. `resolve_engine` turns a spec such as
+"sglang==0.5.10" into an `Engine` value once, at the edges; every module takes that value. Adding a
+release is one new row (and a serving row where the kit serves it) and a test.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from . import sglang, vllm
-from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, from_target,
+from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, ServingFacts, from_target,
                       identity_by_default, parameters, parse_version)
 
-__all__ = ["CRASH", "SKIP", "STACKED", "WARN", "EngineSpecError", "ParamSpec", "Profile", "all_profiles",
-           "from_target", "identity_by_default", "parameters", "parse_version", "resolve_engine"]
+__all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "ParamSpec", "Profile", "ServingFacts",
+           "all_profiles", "from_parameters", "from_target", "identity_by_default", "parameters", "parse_version", "resolve_engine",
+           "serving_facts"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine release as every module receives it: made once by `resolve_engine`, then passed on."""
+
+    name: str  # "sglang" | "vllm"
+    release: str
+    profile: Profile  # how it builds and loads the draft
+    serving: ServingFacts | None  # what its server spells and reports; None: the kit does not serve it
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.release}"
+
+    def __str__(self) -> str:
+        return self.spec
 
 
 def all_profiles() -> list[Profile]:
     return [*sglang.PROFILES, *vllm.PROFILES]
 
 
-def resolve_engine(spec: str) -> tuple[Profile, str]:
-    """'sglang==0.5.10' | 'sglang' (newest known) | 'vllm' -> (profile, release)."""
+def all_serving() -> list[ServingFacts]:
+    return list(sglang.SERVING)
+
+
+def _row_for(rows, version: str):
+    """The row whose release range holds `version` (the one range lookup), or None."""
+    return next((row for row in rows if row.contains(version)), None)
+
+
+def serving_facts(release: str, engine: str = "sglang") -> ServingFacts | None:
+    """The serving row of `engine` `release`, None for a release no row covers."""
+    return _row_for([row for row in all_serving() if row.engine == engine], release)
+
+
+def from_parameters(name: str, release: str | None) -> Engine:
+    """The Engine a notebook's `engine` and `release` parameters name (no release: the newest known)."""
+    return resolve_engine(f"{name}=={release}" if release else name)
+
+
+def resolve_engine(spec: "str | Engine") -> Engine:
+    """'sglang==0.5.10' | 'sglang' (newest known) | 'vllm' -> Engine; an Engine is returned as it is."""
+    if isinstance(spec, Engine):
+        return spec
     engine, _, version = spec.strip().partition("==")
     engine = engine.strip().lower()
     profiles = [p for p in all_profiles() if p.engine == engine]
@@ -29,9 +72,10 @@ def resolve_engine(spec: str) -> tuple[Profile, str]:
         raise EngineSpecError(f"unknown engine {engine!r}: known releases are {known}")
     if not version:
         newest = max(profiles, key=lambda p: parse_version(p.last))
-        return newest, newest.last
+        return Engine(engine, newest.last, newest, serving_facts(newest.last, engine))
+    version = version.strip()
     parse_version(version)
-    for p in profiles:
-        if p.contains(version):
-            return p, version.strip()
-    raise EngineSpecError(f"{engine}=={version.strip()} is not a known release: known releases are {known}")
+    profile = _row_for(profiles, version)
+    if profile is not None:
+        return Engine(engine, version, profile, serving_facts(version, engine))
+    raise EngineSpecError(f"{engine}=={version} is not a known release: known releases are {known}")

@@ -51,12 +51,21 @@ class ParamSpec:
 
 
 @dataclass(frozen=True)
-class Profile:
-    """How one engine release range builds and loads an EAGLE-3 draft."""
+class ReleaseRange:
+    """An engine's releases `first` to `last`, both inclusive: what every row is keyed by."""
 
     engine: str
-    first: str  # first release of the range, inclusive
-    last: str  # last release of the range, inclusive
+    first: str
+    last: str
+
+    def contains(self, version: str) -> bool:
+        return parse_version(self.first) <= parse_version(version) <= parse_version(self.last)
+
+
+@dataclass(frozen=True)
+class Profile(ReleaseRange):
+    """How one engine release range builds and loads an EAGLE-3 draft."""
+
     architectures: tuple[str, ...]  # config `architectures` the engine maps to its draft class
     layer_prefix: str  # parameter prefix of decoder layer i, `{i}` formatted
     single_layer_error: str | None  # raised at build when num_layers != 1; None: any count
@@ -112,15 +121,27 @@ class Profile:
     def spec(self) -> str:
         return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
 
-    def contains(self, version: str) -> bool:
-        return parse_version(self.first) <= parse_version(version) <= parse_version(self.last)
-
     def layer_name(self, i: int) -> str:
         return self.layer_prefix.format(i=i)
 
     def captured_layers(self, config: dict, n_layers: int) -> tuple[int, ...]:
         """Target layers whose input the engine captures as aux states for this draft config."""
         return auxids.captured_layers(config, n_layers, self.aux_ids_from, self.aux_capture_offset)
+
+
+@dataclass(frozen=True)
+class ServingFacts(ReleaseRange):
+    """What a served engine release range spells and reports its own way (field notes §5, §6): launch
+    flags, `/generate` meta_info count fields, the "Decode batch" log line. SGLang only (the sglang and
+    reference backends); read from 0.5.10, 0.5.11, 0.5.15 and 0.5.23."""
+
+    disable_cuda_graph: tuple[str, ...]  # the flags that turn CUDA graphs off
+    cuda_graph_max_bs: str  # the flag that caps the captured batch size
+    spec_count_fields: tuple[str, str] | None  # meta_info's (accepted, proposed) draft counts; None: none
+    # the logged accept rate's formula: "none" (not logged), "bonus" (L / k), "strict" ((L - 1) / (k - 1)),
+    # "unknown" (no release of the range was read)
+    accept_rate_formula: str
+    decode_line_head: str  # "Decode batch." (0.4.x) or "Decode batch,"
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -1,10 +1,12 @@
-"""SGLang's `LlamaForCausalLMEagle3`, one profile per release range (field notes §3).
+"""SGLang's `LlamaForCausalLMEagle3`, one profile per release range (field notes §3), and what its
+server spells and reports per release range (`SERVING`, field notes §5, §6).
 
 Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama loader), 0.5.10 and
-0.5.11 (`midlayer`, silent skip), 0.5.23 (`layers` ModuleList, legacy renames).
+0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). Releases
+between two that were read are assumed to match the earlier one.
 """
 
-from .profile import CRASH, SKIP, WARN, Profile
+from .profile import CRASH, SKIP, WARN, Profile, ServingFacts
 
 ONE_LAYER = "EAGLE3 currently only supports 1 layer"
 _SILENT = (SKIP, "")
@@ -52,4 +54,29 @@ PROFILES = [
         supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
         **_COMMON,
     ),
+]
+
+_OLD_GRAPH_FLAGS = dict(disable_cuda_graph=("--disable-cuda-graph",), cuda_graph_max_bs="--cuda-graph-max-bs")
+# 0.5.15 deprecates --disable-cuda-graph for per-phase backends; 0.5.23 drops --cuda-graph-max-bs
+_PHASE_GRAPH_FLAGS = dict(disable_cuda_graph=("--cuda-graph-backend-decode", "disabled",
+                                              "--cuda-graph-backend-prefill", "disabled"),
+                          cuda_graph_max_bs="--cuda-graph-max-bs-decode")
+_COMMA = "Decode batch,"
+_COUNTS_0_5_11 = ("spec_accepted_drafts", "spec_proposed_drafts")
+
+SERVING = [
+    ServingFacts("sglang", "0.0.0", "0.4.10.post2", spec_count_fields=None, accept_rate_formula="none",
+                 decode_line_head="Decode batch.", **_OLD_GRAPH_FLAGS),
+    ServingFacts("sglang", "0.5.1", "0.5.3.post3", spec_count_fields=None, accept_rate_formula="none",
+                 decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
+    ServingFacts("sglang", "0.5.4", "0.5.4.post3", spec_count_fields=None, accept_rate_formula="unknown",
+                 decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
+    ServingFacts("sglang", "0.5.5", "0.5.10.post1", spec_count_fields=("spec_accept_token_num", "spec_draft_token_num"),
+                 accept_rate_formula="bonus", decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
+    ServingFacts("sglang", "0.5.11", "0.5.14", spec_count_fields=_COUNTS_0_5_11, accept_rate_formula="strict",
+                 decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
+    ServingFacts("sglang", "0.5.15", "0.5.22", spec_count_fields=_COUNTS_0_5_11, accept_rate_formula="strict",
+                 decode_line_head=_COMMA, **_PHASE_GRAPH_FLAGS),
+    ServingFacts("sglang", "0.5.23", "0.5.23", spec_count_fields=("spec_num_correct_drafts", "spec_num_proposed_drafts"),
+                 accept_rate_formula="strict", decode_line_head=_COMMA, **_PHASE_GRAPH_FLAGS),
 ]

@@ -210,7 +210,7 @@ def write_story_draft(demo: Path) -> Path:
     src, out = demo / "draft-speculators", demo / "draft-story"
     out.mkdir(exist_ok=True)
     shutil.copyfile(src / "model.safetensors", out / "model.safetensors")
-    flat = rewrite_config(json.loads((src / "config.json").read_text()), resolve_engine("sglang==0.5.10")[0]).config
+    flat = rewrite_config(json.loads((src / "config.json").read_text()), resolve_engine("sglang==0.5.10").profile).config
     flat.pop(RECORD_KEY, None)  # a hand-written config has no conversion record
     (out / "config.json").write_text(json.dumps(flat, indent=2) + "\n")
     return out

@@ -123,7 +123,7 @@ class EagleDraft:
 
 
 def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
-                hot_token_id: torch.Tensor | None = None, engine: str = "sglang==0.5.10",
+                hot_token_id: torch.Tensor | None = None, engine="sglang==0.5.10",
                 dtype=torch.float32) -> EagleDraft:
     """The draft an SGLang release runs after its loader wrote `written`, a subset of the
     parameters that release's draft class creates (`engines.parameters`, the names `check` uses).
@@ -132,7 +132,7 @@ def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
     is SGLang's draft->target id map (d2t + arange(Vd)), or None when no d2t was loaded.
     """
     shape = draft_shape(config)
-    profile, _ = resolve_engine(engine)
+    profile = resolve_engine(engine).profile
     expected = {p.name: p.shape for p in parameters(profile, DraftDims.from_config(config))}
     unknown = written - expected.keys()
     if unknown:

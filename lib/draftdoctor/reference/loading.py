@@ -38,9 +38,10 @@ class LoadedDraft:
     written: set[str]
 
 
-def load_for_engine(draft_dir, engine: str, target: TargetModel, loader: str = "replay") -> LoadedDraft:
-    """Build the draft `engine` (an SGLang release) would run from `draft_dir`, loaded by `loader`."""
-    profile, _ = resolve_engine(engine)
+def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "replay") -> LoadedDraft:
+    """Build the draft `engine` (an SGLang release: Engine or spec) would run from `draft_dir`, loaded by `loader`."""
+    engine = resolve_engine(engine)
+    profile = engine.profile
     if profile.engine != "sglang":
         raise LoadRefused(f"the reference backend emulates SGLang releases; {engine} is not one")
     report = check(draft_dir, engine, loader=loader)

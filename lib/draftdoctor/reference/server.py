@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..engines import resolve_engine
 from ..serving.client import spec_count_fields
-from ..serving.launcher import READY_LINE
+from ..serving.launcher import READY_LINE, REFERENCE_DEFAULT_ENGINE
 from ..serving.logs import format_decode_line
 
 MAX_BODY = 1 << 20  # bytes; larger requests get 413
@@ -49,12 +49,13 @@ class ReferenceEngine:
         from .loading import load_for_engine
 
         torch.set_num_threads(1)  # tiny ops: more threads only add overhead
-        self.release = resolve_engine(args.engine)[1]
+        self.emulated = resolve_engine(args.engine)
+        self.release = self.emulated.release
         self.args = args
         self.target = TargetModel.from_dir(args.model_path)
         self.tokenizer = Tokenizer.from_file(str(Path(args.model_path) / "tokenizer.json"))
         self.eos = self.target.config.get("eos_token_id")
-        self.loaded = load_for_engine(args.speculative_draft_model_path, args.engine, self.target, loader=args.loader)
+        self.loaded = load_for_engine(args.speculative_draft_model_path, self.emulated, self.target, loader=args.loader)
         self.lock = threading.Lock()
         self.num_steps = args.speculative_num_steps
         self.k = args.speculative_num_draft_tokens
@@ -99,7 +100,7 @@ class ReferenceEngine:
         return (self.total_accepted + self.total_verify) / self.total_verify if self.total_verify else None
 
     def server_info(self) -> dict:
-        return {"backend": "reference", "emulated_engine": f"sglang=={self.release}", "loader": self.args.loader,
+        return {"backend": "reference", "emulated_engine": self.emulated.spec, "loader": self.args.loader,
                 "model_path": self.args.model_path, "speculative_algorithm": "EAGLE3",
                 "speculative_draft_model_path": self.args.speculative_draft_model_path,
                 "speculative_num_steps": self.num_steps, "speculative_eagle_topk": 1,
@@ -197,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--decode-log-interval", type=int, default=40)
-    p.add_argument("--engine", default="sglang==0.5.10", help="the SGLang release to emulate")
+    p.add_argument("--engine", default=REFERENCE_DEFAULT_ENGINE, help="the SGLang release to emulate")
     p.add_argument("--loader", choices=["replay", "real"], default="replay")
     return p
 

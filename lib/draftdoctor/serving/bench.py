@@ -17,6 +17,7 @@ from pathlib import Path
 from .client import BenchResult, avg_spec_accept_length, run_bench
 from .launcher import ServeConfig, free_port, serve
 from .logs import parse_sglang_lines
+from ..engines import resolve_engine
 from ..errors import UserError
 
 
@@ -69,11 +70,13 @@ class BenchRun:
 
 
 def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_dir, prompts: list[str],
-                 release: str | None = None, engine: str | None = None, loader: str | None = None,
+                 engine=None, loader: str | None = None,
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", progress=None, **server_kwargs) -> list[BenchRun]:
-    """Serve and measure each (name, draft path) in turn; write results.json and the charts."""
+    """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
+    (an Engine or a spec): the SGLang release served, or emulated by the reference backend."""
+    engine = resolve_engine(engine) if engine is not None else None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     k = num_draft_tokens or num_steps + 1
@@ -84,11 +87,12 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
         log_path = out_dir / f"server-{name}.log"
         if progress:
             progress(f"{name}: starting the {backend} server")
-        with serve(backend, config, log_path, release=release, engine=engine, loader=loader, **server_kwargs) as server:
+        with serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs) as server:
             result = run_bench(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
                                concurrency=concurrency, num_draft_tokens=k,
                                progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
-        lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(), release=release, num_draft_tokens=k)
+        lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),
+                                   release=engine.release if engine else None, num_draft_tokens=k)
         runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),
                              float(lines.accept_length.iloc[-1]) if len(lines) else None))
     write_results(out_dir, runs)

@@ -20,27 +20,19 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from ..engines import all_serving, serving_facts
 from ..errors import UserError
 
 
-# meta_info's (accepted, proposed) draft-count fields by SGLang release, with spec_accept_rate,
-# spec_accept_length and spec_accept_histogram beside them (read from 0.5.10, 0.5.11 and 0.5.23;
-# releases between two that were read are assumed to match the earlier one): (first release, names or None)
-SPEC_COUNT_FIELDS = (
-    ("0.0.0", None),
-    ("0.5.5", ("spec_accept_token_num", "spec_draft_token_num")),
-    ("0.5.11", ("spec_accepted_drafts", "spec_proposed_drafts")),
-    ("0.5.23", ("spec_num_correct_drafts", "spec_num_proposed_drafts")),
-)
-ACCEPTED_FIELDS = tuple(names[0] for _, names in SPEC_COUNT_FIELDS if names)
+# every name a release writes its accepted-draft count under (engines.sglang.SERVING)
+ACCEPTED_FIELDS = tuple(dict.fromkeys(row.spec_count_fields[0] for row in all_serving() if row.spec_count_fields))
 
 
 def spec_count_fields(release: str) -> tuple[str, str] | None:
-    """The (accepted, proposed) meta_info field names `release` writes, or None before 0.5.5."""
-    from ..engines import parse_version
-
-    v = parse_version(release)
-    return [names for first, names in SPEC_COUNT_FIELDS if parse_version(first) <= v][-1]
+    """The (accepted, proposed) meta_info field names `release` writes, or None before 0.5.5; a
+    release newer than any row is assumed to write the newest row's."""
+    facts = serving_facts(release) or all_serving()[-1]
+    return facts.spec_count_fields
 
 
 class ClientError(UserError, RuntimeError):

@@ -23,18 +23,11 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..engines import parse_version
+from ..engines import all_serving, resolve_engine, serving_facts
 from ..errors import UserError
 
 READY_LINE = "The server is fired up and ready to roll!"
-
-# CUDA-graph flags by SGLang release (field notes §6; read from 0.5.10, 0.5.15 and 0.5.23):
-# (first release, flags that disable CUDA graphs, flag that caps the captured batch size).
-CUDA_GRAPH_FLAGS = (
-    ("0.0.0", ("--disable-cuda-graph",), "--cuda-graph-max-bs"),
-    ("0.5.15", ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"),
-     "--cuda-graph-max-bs-decode"),
-)
+REFERENCE_DEFAULT_ENGINE = "sglang==0.5.10"  # the release the reference backend emulates unless told
 
 
 class ServerError(UserError, RuntimeError):
@@ -90,12 +83,10 @@ class ServeConfig:
 
 
 def cuda_graph_flags(release: str | None) -> tuple[tuple[str, ...], str]:
-    """(disable flags, max-bs flag) valid for `release` (newest known when None)."""
-    chosen = CUDA_GRAPH_FLAGS[-1]
-    if release is not None:
-        v = parse_version(release)
-        chosen = [row for row in CUDA_GRAPH_FLAGS if parse_version(row[0]) <= v][-1]
-    return chosen[1], chosen[2]
+    """(disable flags, max-bs flag) valid for `release` (engines.sglang.SERVING; the newest row's
+    when None or newer than any row)."""
+    facts = (serving_facts(release) if release is not None else None) or all_serving()[-1]
+    return facts.disable_cuda_graph, facts.cuda_graph_max_bs
 
 
 def launch_args(config: ServeConfig, release: str | None = None) -> list[str]:
@@ -124,14 +115,18 @@ def launch_args(config: ServeConfig, release: str | None = None) -> list[str]:
     return args + list(config.extra_args)
 
 
-def server_command(backend: str, config: ServeConfig, release: str | None = None,
-                   engine: str | None = None, loader: str | None = None, python: str | None = None) -> list[str]:
-    """The full argv for `backend` ('sglang' or 'reference')."""
+def server_command(backend: str, config: ServeConfig, engine=None, loader: str | None = None,
+                   python: str | None = None) -> list[str]:
+    """The full argv for `backend` ('sglang' or 'reference'); `engine` (an Engine or a spec) is the
+    SGLang release served, or emulated by the reference backend (None: the newest flags, the
+    reference server's default release)."""
     python = python or sys.executable
+    engine = resolve_engine(engine) if engine is not None else None
+    release = engine.release if engine else None
     if backend == "sglang":
         return [python, "-m", "sglang.launch_server", *launch_args(config, release)]
     if backend == "reference":
-        extra = (["--engine", engine] if engine else []) + (["--loader", loader] if loader else [])
+        extra = (["--engine", engine.spec] if engine else []) + (["--loader", loader] if loader else [])
         return [python, "-m", "draftdoctor.reference.server", *launch_args(config, release), *extra]
     raise ValueError(f"unknown backend {backend!r}: use 'sglang' or 'reference'")
 
@@ -270,8 +265,8 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def _ready_server(backend: str, config: ServeConfig, log_path, release, engine, loader, **server_kwargs) -> Server:
-    server = Server(server_command(backend, config, release, engine, loader), log_path, config.host, config.port,
+def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, **server_kwargs) -> Server:
+    server = Server(server_command(backend, config, engine, loader), log_path, config.host, config.port,
                     **server_kwargs)
     try:
         server.start().wait_ready()
@@ -281,8 +276,8 @@ def _ready_server(backend: str, config: ServeConfig, log_path, release, engine, 
     return server
 
 
-def serve(backend: str, config: ServeConfig, log_path, release: str | None = None, engine: str | None = None,
-          loader: str | None = None, retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
+def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str | None = None,
+          retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
     """Start and wait for a server; on a start-up hang of real SGLang, retry once with CUDA graphs off.
 
     Returns a ready Server; the caller stops it (or uses it as a context manager). A configuration
@@ -294,9 +289,9 @@ def serve(backend: str, config: ServeConfig, log_path, release: str | None = Non
     if refused:
         raise LaunchRefused("; ".join(f"{f.code}: {f.message}" for f in refused))
     try:
-        return _ready_server(backend, config, log_path, release, engine, loader, **server_kwargs)
+        return _ready_server(backend, config, log_path, engine, loader, **server_kwargs)
     except ServerHung:
         if not (retry_without_cuda_graph and backend == "sglang" and not config.disable_cuda_graph):
             raise
     retry = replace(config, disable_cuda_graph=True)
-    return _ready_server(backend, retry, log_path, release, engine, loader, **server_kwargs)
+    return _ready_server(backend, retry, log_path, engine, loader, **server_kwargs)

@@ -11,15 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..engines import parse_version
-
-# Which formula a release's logged accept rate uses: (first, last, formula); formula is
-# "none" (not logged), "bonus" (L / k) or "strict" ((L - 1) / (k - 1)).
-SGLANG_RATE_FORMULAS = (
-    ("0.0.0", "0.5.3", "none"),
-    ("0.5.5", "0.5.10", "bonus"),
-    ("0.5.11", "0.5.23", "strict"),
-)
+from ..engines import serving_facts
 
 _SGLANG_DECODE = re.compile(
     r"(?:\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s*)?"
@@ -41,14 +33,9 @@ _VLLM_FIELDS = {
 
 
 def sglang_rate_formula(release: str | None) -> str:
-    """'none', 'bonus', 'strict', or 'unknown' for a release not in the table."""
-    if release is None:
-        return "unknown"
-    v = parse_version(release)
-    for first, last, formula in SGLANG_RATE_FORMULAS:
-        if parse_version(first) <= v <= parse_version(last):
-            return formula
-    return "unknown"
+    """'none', 'bonus', 'strict' (engines.sglang.SERVING), or 'unknown' for a release no row covers."""
+    facts = serving_facts(release) if release is not None else None
+    return facts.accept_rate_formula if facts else "unknown"
 
 
 def strict_rate(accept_length: float, num_draft_tokens: int | None) -> float | None:
@@ -117,12 +104,10 @@ def format_decode_line(release: str, running: int, tokens: int, token_usage: flo
     Used by the reference backend so its logs read like the emulated release's.
     """
     formula = sglang_rate_formula(release)
-    if formula in ("none", "unknown") and parse_version(release) < parse_version("0.5.0"):
-        head = f"Decode batch. #running-req: {running}, #token: {tokens}, token usage: {token_usage:.2f}, "
-        spec = f"accept len: {accept_length:.2f}, "
-    else:
-        head = f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: {token_usage:.2f}, "
-        rate = {"bonus": accept_length / num_draft_tokens,
-                "strict": strict_rate(accept_length, num_draft_tokens) or 0.0}.get(formula)
-        spec = f"accept len: {accept_length:.2f}, " + (f"accept rate: {rate:.2f}, " if rate is not None else "")
+    facts = serving_facts(release)
+    head = (f"{facts.decode_line_head if facts else 'Decode batch,'} #running-req: {running}, #token: {tokens}, "
+            f"token usage: {token_usage:.2f}, ")
+    rate = {"bonus": accept_length / num_draft_tokens,
+            "strict": strict_rate(accept_length, num_draft_tokens) or 0.0}.get(formula)
+    spec = f"accept len: {accept_length:.2f}, " + (f"accept rate: {rate:.2f}, " if rate is not None else "")
     return head + spec + f"cuda graph: False, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue}, "
