@@ -112,6 +112,10 @@ def cmd_check(args, out) -> int:
     _table([(k.key, k.status, (k.param + (f" [{k.shard}]" if k.shard else "")) if k.param else k.reason)
             for k in report.keys], ["key", "status", "goes to"], out)
     out.write("\n")
+    rows = report.loading_report()  # the same rows notebook 02 shows
+    if rows:
+        _table([tuple(r.values()) for r in rows], list(rows[0]), out)
+        out.write("\n")
     for f in report.findings:
         out.write(f"{f.severity.upper():7} {f.code}: {f.message}\n")
     out.write(f"\nverdict: {report.verdict}\n")

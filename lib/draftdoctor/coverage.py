@@ -1,4 +1,5 @@
-"""Replay an engine profile's `load_weights` over a checkpoint's keys: the load coverage report.
+"""The load coverage report (`CoverageReport`, its findings and verdict), and the replay of an engine
+profile's `load_weights` over a checkpoint's keys that makes one.
 
 For every checkpoint key: the parameter (and shard of a fused parameter) it would write, or why it
 would not (derived into an attribute, ignored by design, dropped, crash). For every parameter the
@@ -10,6 +11,7 @@ raise, as the real load would.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from . import findings as F
@@ -19,17 +21,20 @@ from .engines import (CRASH, STACKED, WARN, ParamSpec, Profile, from_target, ide
                       resolve_engine)
 from .layouts import Layout, detect_layout, is_training_only
 
-# Key statuses
-LOADED, DERIVED, IGNORED, DROPPED, TRAINING_ONLY, MISMATCH, NOT_REACHED, CRASHED = (
-    "loaded", "derived", "ignored", "dropped", "training-only", "shape-mismatch", "not-reached", "crash")
-# Parameter statuses
-WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET, IDENTITY = "written", "partial", "uninitialized", "from-target", "identity"
+from .statuses import KeyFate, ParamFate
+
+# the statuses by their short names, in the order statuses.py defines them
+LOADED, DERIVED, IGNORED, DROPPED, TRAINING_ONLY, MISMATCH, NOT_REACHED, CRASHED = KeyFate
+WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET, IDENTITY = ParamFate
 
 
 @dataclass
 class KeyStatus:
+    """One checkpoint key: its `status` (a `KeyFate`: loaded, derived, ignored, dropped, training-only,
+    shape-mismatch, not-reached, crash), the parameter and shard it writes, and why."""
+
     key: str
-    status: str
+    status: KeyFate
     param: str | None = None
     shard: str | None = None
     reason: str = ""
@@ -39,11 +44,14 @@ class KeyStatus:
 
 @dataclass
 class ParamStatus:
+    """One parameter the engine creates: its `status` (a `ParamFate`: written, partial, uninitialized,
+    from-target, identity), the keys that wrote it and the shards still missing."""
+
     name: str
-    role: str
+    role: str  # embed | fc | layer | norm | lm_head | vocab-map
     shape: tuple[int, ...]
     nbytes: int
-    status: str = UNINITIALIZED
+    status: ParamFate = UNINITIALIZED
     keys: list[str] = field(default_factory=list)
     shards_written: list[str] = field(default_factory=list)
     shards_missing: list[str] = field(default_factory=list)
@@ -86,7 +94,7 @@ class CoverageReport:
 
     @property
     def verdict(self) -> str:
-        return F.verdict(self)
+        return verdict(self)
 
     def to_dict(self) -> dict:
         return {
@@ -109,6 +117,22 @@ class CoverageReport:
             "findings": [asdict(f) for f in self.findings],
         }
 
+    def loading_report(self) -> list[dict]:
+        """transformers-style rows: MISSING (a parameter no key writes, or only partly), UNEXPECTED (a
+        key the loader discards), MISMATCH (a key whose shape does not fit); rows that differ only in
+        a layer index are folded into one, as transformers does (`layers.{0, 1, 2}.mlp...`)."""
+        rows = []
+        for p in self.params:
+            if p.status in (UNINITIALIZED, PARTIAL):
+                detail = "never written" if p.status == UNINITIALIZED else f"shards {', '.join(p.shards_missing)} missing"
+                rows.append(("MISSING", "", p.name, detail))
+        for k in self.keys:
+            if k.status == DROPPED:
+                rows.append(("UNEXPECTED", k.key, "", k.reason))
+            elif k.status == MISMATCH:
+                rows.append(("MISMATCH", k.key, k.param, k.reason))
+        return [dict(zip(LOADING_REPORT_COLUMNS, row)) for row in _fold_layer_indices(rows)]
+
     def params_frame(self):
         import pandas as pd
 
@@ -118,6 +142,105 @@ class CoverageReport:
         import pandas as pd
 
         return pd.DataFrame([asdict(k) for k in self.keys])
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e3:,.1f} kB"
+
+
+LOADING_REPORT_COLUMNS = ("status", "checkpoint key", "engine parameter", "detail")
+_LAYER_INDEX = re.compile(r"\.(\d+)\.")
+
+
+def _fold_layer_indices(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """Rows equal but for the first layer index in each text, merged (`.{0, 1}.`; `.{0...31}.` for a run)."""
+    groups: dict[tuple, list[int]] = {}
+    for row in rows:
+        indices = {m.group(1) for text in row for m in [_LAYER_INDEX.search(text)] if m}
+        if len(indices) != 1:
+            groups.setdefault(row, [])
+            continue
+        shape = tuple(_LAYER_INDEX.sub(".{}.", text, count=1) for text in row)
+        groups.setdefault(shape, []).append(int(indices.pop()))
+    out = []
+    for shape, indices in groups.items():
+        if not indices:
+            out.append(shape)
+            continue
+        indices = sorted(set(indices))
+        run = len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1))
+        label = (f"{{{indices[0]}...{indices[-1]}}}" if run else "{" + ", ".join(map(str, indices)) + "}"
+                 if len(indices) > 1 else str(indices[0]))
+        out.append(tuple(text.replace(".{}.", f".{label}.") for text in shape))
+    return out
+
+
+def coverage_findings(report: CoverageReport) -> list[F.Finding]:
+    """Findings that follow from a coverage report's per-key and per-parameter statuses."""
+    out = []
+    dropped = report.dropped
+    training = [k for k in report.keys if k.status == TRAINING_ONLY]
+    if dropped:
+        names = ", ".join(k.key for k in dropped[:6]) + (f" and {len(dropped) - 6} more" if len(dropped) > 6 else "")
+        out.append(F.finding(
+            "dropped-keys",
+            f"{len(dropped)} of {len(report.keys)} checkpoint tensors ({_mb(sum(k.nbytes for k in dropped))}) "
+            f"match no {report.engine} parameter and are discarded: {names}",
+        ))
+    if training:
+        out.append(F.finding(
+            "dropped-keys",
+            f"{len(training)} training-only tensor(s) are ignored, as they should be: "
+            + ", ".join(k.key for k in training),
+            severity=F.INFO,
+        ))
+    missing = report.uninitialized
+    if missing:
+        parts = []
+        for p in missing:
+            part = p.name + (f" (shards {', '.join(p.shards_missing)} missing)" if p.status == PARTIAL else "")
+            parts.append(part)
+        out.append(F.finding(
+            "uninitialized-params",
+            f"{len(missing)} of {len(report.params)} parameters ({_mb(report.bytes_uninitialized)} of "
+            f"{_mb(report.bytes_needed)}) are never written and keep their initial values: " + ", ".join(parts),
+        ))
+    return out
+
+
+def verdict(report: CoverageReport) -> str:
+    """One line a user can act on."""
+    crash = [f for f in report.findings if f.code in ("loader-crash", "shape-mismatch")]
+    if crash:
+        return f"the server will not start: {crash[0].message}"
+    missing = report.uninitialized
+    config = [f for f in report.findings if f.code == "config-unreadable"]
+    if missing:
+        layer = [p for p in missing if p.role == "layer"]
+        layer_total = [p for p in report.params if p.role == "layer"]
+        what = "decoder layer" if layer and len(layer) == len(layer_total) == len(missing) else "draft parameters"
+        line = (
+            f"{what} left at initial values ({len(missing)} of {len(report.params)} parameters, "
+            f"{_mb(report.bytes_uninitialized)} of {_mb(report.bytes_needed)})"
+        )
+        if layer:
+            line += ": expect accept length 1.00"
+        return line + ("; and the config is unreadable" if config else "")
+    if config:
+        return f"every parameter is written, but the server will not start: {config[0].message}"
+    errors = [f for f in report.findings if f.severity == F.ERROR]
+    if errors:
+        more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+        return f"every parameter is written, but {errors[0].code}: {errors[0].message}{more}"
+    shared = sum(p.status == FROM_TARGET for p in report.params)
+    identity = sum(p.status == IDENTITY for p in report.params)
+    notes = [f"{shared} taken from the target at serve time"] * bool(shared)
+    notes += [f"{identity} keeps its initial identity vocabulary map"] * bool(identity)
+    return (
+        f"loads cleanly: {len(report.params) - shared - identity} of {len(report.params)} parameters written"
+        + (f" ({'; '.join(notes)})" if notes else "")
+        + ", every tensor placed"
+    )
 
 
 def draft_dims(checkpoint: Checkpoint) -> DraftDims:
@@ -316,7 +439,7 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     )
     for p in report.params:
         settle_unwritten(p, profile, dims, specs[p.name])
-    report.findings += F.coverage_findings(report)
+    report.findings += coverage_findings(report)
     return report
 
 

@@ -13,6 +13,8 @@ ERROR, WARNING, INFO = "error", "warning", "info"
 
 @dataclass(frozen=True)
 class Code:
+    """A registered finding code: its severity (error, warning or info), its meaning, its remedy."""
+
     severity: str
     meaning: str
     remedy: str
@@ -121,6 +123,9 @@ CODES = {
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing a check found: a registered `code` (see CODES), its `severity` (error | warning |
+    info), and a message naming the file, tensor or field concerned."""
+
     code: str
     severity: str
     message: str
@@ -129,75 +134,3 @@ class Finding:
 def finding(code: str, message: str, severity: str | None = None) -> Finding:
     """A finding of a registered code, with the code's severity unless overridden."""
     return Finding(code, severity or CODES[code].severity, message)
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e3:,.1f} kB"
-
-
-def coverage_findings(report) -> list[Finding]:
-    """Findings that follow from a coverage report's per-key and per-parameter statuses."""
-    out = []
-    dropped = report.dropped
-    training = [k for k in report.keys if k.status == "training-only"]
-    if dropped:
-        names = ", ".join(k.key for k in dropped[:6]) + (f" and {len(dropped) - 6} more" if len(dropped) > 6 else "")
-        out.append(finding(
-            "dropped-keys",
-            f"{len(dropped)} of {len(report.keys)} checkpoint tensors ({_mb(sum(k.nbytes for k in dropped))}) "
-            f"match no {report.engine} parameter and are discarded: {names}",
-        ))
-    if training:
-        out.append(finding(
-            "dropped-keys",
-            f"{len(training)} training-only tensor(s) are ignored, as they should be: "
-            + ", ".join(k.key for k in training),
-            severity=INFO,
-        ))
-    missing = report.uninitialized
-    if missing:
-        parts = []
-        for p in missing:
-            part = p.name + (f" (shards {', '.join(p.shards_missing)} missing)" if p.status == "partial" else "")
-            parts.append(part)
-        out.append(finding(
-            "uninitialized-params",
-            f"{len(missing)} of {len(report.params)} parameters ({_mb(report.bytes_uninitialized)} of "
-            f"{_mb(report.bytes_needed)}) are never written and keep their initial values: " + ", ".join(parts),
-        ))
-    return out
-
-
-def verdict(report) -> str:
-    """One line a user can act on."""
-    crash = [f for f in report.findings if f.code in ("loader-crash", "shape-mismatch")]
-    if crash:
-        return f"the server will not start: {crash[0].message}"
-    missing = report.uninitialized
-    config = [f for f in report.findings if f.code == "config-unreadable"]
-    if missing:
-        layer = [p for p in missing if p.role == "layer"]
-        layer_total = [p for p in report.params if p.role == "layer"]
-        what = "decoder layer" if layer and len(layer) == len(layer_total) == len(missing) else "draft parameters"
-        line = (
-            f"{what} left at initial values ({len(missing)} of {len(report.params)} parameters, "
-            f"{_mb(report.bytes_uninitialized)} of {_mb(report.bytes_needed)})"
-        )
-        if layer:
-            line += ": expect accept length 1.00"
-        return line + ("; and the config is unreadable" if config else "")
-    if config:
-        return f"every parameter is written, but the server will not start: {config[0].message}"
-    errors = [f for f in report.findings if f.severity == ERROR]
-    if errors:
-        more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
-        return f"every parameter is written, but {errors[0].code}: {errors[0].message}{more}"
-    shared = sum(p.status == "from-target" for p in report.params)
-    identity = sum(p.status == "identity" for p in report.params)
-    notes = [f"{shared} taken from the target at serve time"] * bool(shared)
-    notes += [f"{identity} keeps its initial identity vocabulary map"] * bool(identity)
-    return (
-        f"loads cleanly: {len(report.params) - shared - identity} of {len(report.params)} parameters written"
-        + (f" ({'; '.join(notes)})" if notes else "")
-        + ", every tensor placed"
-    )

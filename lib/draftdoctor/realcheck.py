@@ -22,8 +22,8 @@ from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
 from .configs import FLAT, config_format, rewrite_config
 from .coverage import (CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
-                       UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, dominant_dtype_bytes,
-                       draft_dims, resized_finding, settle_unwritten)
+                       UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
+                       dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
 from .engines import parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
@@ -155,7 +155,7 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,
                             findings=findings)
-    report.findings += F.coverage_findings(report)
+    report.findings += coverage_findings(report)
     return report
 
 

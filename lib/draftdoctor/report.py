@@ -6,9 +6,11 @@ is used directly so that no GUI backend is ever needed.
 
 from __future__ import annotations
 
+from .statuses import KeyFate, ParamFate
+
 STATUS_COLORS = {
-    "written": "#2a9d8f", "from-target": "#8ab17d", "identity": "#a8dadc", "partial": "#e9c46a",
-    "uninitialized": "#e76f51", "shape-mismatch": "#9b2226",
+    ParamFate.WRITTEN: "#2a9d8f", ParamFate.FROM_TARGET: "#8ab17d", ParamFate.IDENTITY: "#a8dadc",
+    ParamFate.PARTIAL: "#e9c46a", ParamFate.UNINITIALIZED: "#e76f51", KeyFate.MISMATCH: "#9b2226",
 }
 
 

@@ -75,21 +75,9 @@ def human_bytes(n: int) -> str:
 
 
 def loading_report(report):
-    """The transformers-style table of a coverage report: MISSING / UNEXPECTED / MISMATCH rows.
-
-    MISSING: an engine parameter no key writes (or only partly); UNEXPECTED: a checkpoint key the
-    loader discards; MISMATCH: a key whose shape does not fit its parameter.
-    """
+    """`report.loading_report()` as a DataFrame (MISSING / UNEXPECTED / MISMATCH rows)."""
     import pandas as pd
 
-    rows = []
-    for p in report.params:
-        if p.status in ("uninitialized", "partial"):
-            detail = "never written" if p.status == "uninitialized" else f"shards {', '.join(p.shards_missing)} missing"
-            rows.append({"status": "MISSING", "checkpoint key": "", "engine parameter": p.name, "detail": detail})
-    for k in report.keys:
-        if k.status == "dropped":
-            rows.append({"status": "UNEXPECTED", "checkpoint key": k.key, "engine parameter": "", "detail": k.reason})
-        elif k.status == "shape-mismatch":
-            rows.append({"status": "MISMATCH", "checkpoint key": k.key, "engine parameter": k.param, "detail": k.reason})
-    return pd.DataFrame(rows, columns=["status", "checkpoint key", "engine parameter", "detail"])
+    from .coverage import LOADING_REPORT_COLUMNS
+
+    return pd.DataFrame(report.loading_report(), columns=list(LOADING_REPORT_COLUMNS))

@@ -20,6 +20,7 @@ from ..checkpoint import open_checkpoint
 from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims
 from ..diagnose import check
 from ..engines import parameters, resolve_engine
+from ..statuses import ParamFate
 from .draft import EagleDraft, build_draft, initial_value
 from .llama import TargetModel, load_safetensors_dir
 
@@ -67,7 +68,7 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
         full = state.setdefault(key.param, initial_value(key.param, spec.shape).clone())
         offset, rows = spec.shard_range(key.shard)
         full[offset:offset + rows] = tensors[key.key]
-    written = {p.name for p in report.params if p.status in ("written", "partial")}
+    written = {p.name for p in report.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)}
     draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=engine, dtype=target.dtype)
     # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary)
     for p in report.params:
