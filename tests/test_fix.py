@@ -14,6 +14,7 @@ import pytest
 from draftdoctor import fix as fixmod
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.configs import RECORD_KEY, rewrite_config
+from draftdoctor.checkpoint import PAGE
 from draftdoctor.diagnose import check
 from draftdoctor.engines import resolve_engine
 from draftdoctor.fix import FixError, apply_fix, plan_fix
@@ -132,7 +133,7 @@ def test_output_is_a_valid_safetensors_file_for_the_reference_reader(draft, tmp_
     header_len = int.from_bytes(path.read_bytes()[:8], "little")
     src_header_len = int.from_bytes((src / "model.safetensors").read_bytes()[:8], "little")
     assert header_len % 8 == 0
-    assert (8 + header_len) % fixmod.PAGE == (8 + src_header_len) % fixmod.PAGE  # the kernel copies whole pages
+    assert (8 + header_len) % PAGE == (8 + src_header_len) % PAGE  # the kernel copies whole pages
     with safe_open(str(path), "np") as f:
         assert f.metadata() == {"format": "pt"}
     new, old = load_file(str(path)), load_file(str(src / "model.safetensors"))

@@ -30,6 +30,7 @@ from .errors import UserError
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"
 MAX_HEADER_BYTES = 100_000_000  # the reference reader's limit
+PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
 
 # Bits per element: sub-byte float formats are packed.
 DTYPE_BITS = {
@@ -263,6 +264,26 @@ def _check_packing(path: Path, tensors: list[TensorInfo], data_start: int, file_
         raise CheckpointError(path, f"data ends at byte {position}, past the end of the {file_size}-byte file")
     if position < file_size:
         raise CheckpointError(path, f"{file_size - position} trailing bytes after the last tensor")
+
+
+def encode_header(entries, metadata: dict | None = None, page_offset_of: int | None = None) -> bytes:
+    """The 8-byte length and JSON header of a safetensors file whose tensors are `entries`
+    ((name, dtype, shape, nbytes), packed in that order): what `read_header` reads back.
+
+    Padded with spaces to a multiple of 8, as the reference writer pads; given `page_offset_of` (another
+    file's data start), further so that the data starts at the same offset within a page as there:
+    the kernel copies whole pages between page-aligned ranges, and a copy shifted by a few bytes took
+    1.5x as long (`fix`)."""
+    header, offset = ({"__metadata__": metadata} if metadata is not None else {}), 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    pad = -len(raw) % 8
+    if page_offset_of is not None and page_offset_of % 8 == 0:
+        pad += (page_offset_of - (8 + len(raw) + pad)) % PAGE
+    raw += b" " * pad
+    return len(raw).to_bytes(8, "little") + raw
 
 
 def read_config(folder: Path) -> dict | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
-                         TensorInfo, open_checkpoint)
+                         TensorInfo, encode_header, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .coverage import CoverageReport, draft_dims, replay
 from .engines import Engine, parameters, resolve_engine
@@ -43,7 +43,6 @@ from .errors import UserError
 
 CHUNK = 4 << 20  # copied in one call, then read back from SRC and DST and compared
 COMPARE_PIECE = 64 << 10  # read back in pieces this size: the two buffers stay in the core's own cache
-PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
 VERIFY_LAG = 16  # chunks the comparison may trail the copy by: the copy never waits on a briefly busy core
 
 
@@ -406,33 +405,19 @@ def _write_shard(plan: FixPlan, shard: ShardHeader, folder: Path, copier, progre
     compared with SRC chunk by chunk. Returns the tensors as written and those whose bytes differ."""
     names = {m.old: m.new for m in plan.tensors}
     kept = [t for t in sorted(shard.tensors, key=lambda t: t.begin) if names[t.name] is not None]
-    header, offset = ({"__metadata__": shard.metadata} if shard.metadata is not None else {}), 0
-    for t in kept:
-        header[names[t.name]] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
-        offset += t.nbytes
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raw += b" " * _header_padding(len(raw), kept[0].begin if kept else 8)
+    head = encode_header([(names[t.name], t.dtype, t.shape, t.nbytes) for t in kept], shard.metadata,
+                         page_offset_of=kept[0].begin if kept else 8)
     out_path = folder / shard.path.name
-    planned, position = [], 8 + len(raw)
+    planned, position = [], len(head)
     for t in kept:
         planned.append(_Planned(names[t.name], t.dtype, t.shape, t.file, t.begin, out_path, position, t.nbytes))
         position += t.nbytes
     with open(shard.path, "rb") as src, open(out_path, "x+b") as out:
-        out.write(len(raw).to_bytes(8, "little") + raw)
+        out.write(head)
         out.flush()
         bad = _copy_and_compare(src.fileno(), out.fileno(), _runs(planned), copier, shard.path, progress)
     mismatched = {p.name for p in planned for lo, hi in bad if lo < p.dst_begin + p.nbytes and p.dst_begin < hi}
     return planned, mismatched
-
-
-def _header_padding(header_length: int, src_data_start: int) -> int:
-    """Spaces to end a header with: to a multiple of 8, as the reference writer pads, and further so
-    that DST's data starts at the same offset within a page as SRC's. The kernel copies whole pages
-    between page-aligned ranges; shifted by a few bytes, the same copy took 1.5x as long."""
-    pad = -header_length % 8
-    if src_data_start % 8 == 0:
-        pad += (src_data_start - (8 + header_length + pad)) % PAGE
-    return pad
 
 
 def _runs(planned: list[_Planned]):

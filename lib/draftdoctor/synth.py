@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import auxids
-from .checkpoint import INDEX_NAME
+from .checkpoint import INDEX_NAME, encode_header
 
 NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BOOL": np.bool_, "I32": np.int32}
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "BOOL": 1, "I32": 4}
@@ -143,9 +143,7 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None, fill: s
     `fill` for (dtype, shape) entries: "random" (seeded data), or "sparse" (a hole: no disk, reads as zeros).
     """
     rng = np.random.default_rng(seed)
-    header, offset, entries = {}, 0, []
-    if metadata:
-        header["__metadata__"] = metadata
+    entries = []
     for name, value in tensors.items():
         if isinstance(value, np.ndarray):
             dtype = {v: k for k, v in NUMPY_DTYPES.items()}[value.dtype.type]
@@ -153,13 +151,10 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None, fill: s
         else:
             dtype, shape = value
             nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPE_BYTES[dtype]
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         entries.append((name, value, dtype, shape, nbytes))
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
     with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.write(encode_header([(name, dtype, shape, nbytes) for name, _, dtype, shape, nbytes in entries],
+                              metadata or None))
         for name, value, dtype, shape, nbytes in entries:
             if isinstance(value, np.ndarray):
                 f.write(np.ascontiguousarray(value).tobytes())
