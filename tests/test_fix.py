@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from draftdoctor import fix as fixmod
-from draftdoctor.checkpoint import open_checkpoint
+from draftdoctor import rewriter
+from draftdoctor.checkpoint import PAGE, open_checkpoint
 from draftdoctor.configs import RECORD_KEY, rewrite_config
-from draftdoctor.checkpoint import PAGE
 from draftdoctor.diagnose import check
 from draftdoctor.engines import resolve_engine
 from draftdoctor.fix import FixError, apply_fix, plan_fix
@@ -405,11 +405,11 @@ def test_existing_destination_needs_force_and_is_replaced_only_after_verificatio
 def test_temporary_folders_of_killed_runs_are_swept_and_others_kept(draft, tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dst = tmp_path / "out"
-    killed = tmp_path / (fixmod._temp_prefix(dst, int(dead.stdout)) + "abc")
-    running = tmp_path / (fixmod._temp_prefix(dst, os.getpid()) + "def")  # a live process's
+    killed = tmp_path / (rewriter.temp_prefix(dst, int(dead.stdout)) + "abc")
+    running = tmp_path / (rewriter.temp_prefix(dst, os.getpid()) + "def")  # a live process's
     elsewhere = tmp_path / f".out.draftdoctor-{int(dead.stdout)}-otherhost-ghi"  # another host, same folder
     forced = tmp_path / ".out.draftdoctor-old-jkl"  # may hold a previous DST mid-replacement
-    other = tmp_path / (fixmod._temp_prefix(tmp_path / "other", int(dead.stdout)) + "mno")  # another DST's
+    other = tmp_path / (rewriter.temp_prefix(tmp_path / "other", int(dead.stdout)) + "mno")  # another DST's
     for folder in (killed, running, elsewhere, forced, other):
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"partial")
@@ -456,7 +456,7 @@ def test_os_error_creating_the_temporary_folder_is_one_line(draft, tmp_path, mon
     def refuse(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(fixmod, "_new_folder", refuse)
+    monkeypatch.setattr(rewriter, "new_folder", refuse)
     with pytest.raises(FixError, match="Permission denied"):
         apply_fix(plan_fix(draft("speculators"), "vllm"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -466,8 +466,8 @@ def test_os_error_creating_the_temporary_folder_is_one_line(draft, tmp_path, mon
 def test_failure_midway_leaves_no_destination_and_source_untouched(draft, tmp_path, monkeypatch, failure):
     src = draft("speculators", shards=2)
     before = snapshot(src)
-    monkeypatch.setattr(fixmod, "CHUNK", 4096)  # many copy calls per shard
-    real_copy, calls = fixmod._Copier.copy, []
+    monkeypatch.setattr(rewriter, "CHUNK", 4096)  # many copy calls per shard
+    real_copy, calls = rewriter.Copier.copy, []
 
     def copy_then_fail(self, *args):
         calls.append(args)
@@ -475,7 +475,7 @@ def test_failure_midway_leaves_no_destination_and_source_untouched(draft, tmp_pa
             raise failure
         return real_copy(self, *args)
 
-    monkeypatch.setattr(fixmod._Copier, "copy", copy_then_fail)
+    monkeypatch.setattr(rewriter.Copier, "copy", copy_then_fail)
     plan = plan_fix(src, "sglang==0.5.10")
     with pytest.raises(type(failure) if isinstance(failure, KeyboardInterrupt) else FixError):
         apply_fix(plan, tmp_path / "out")
@@ -486,14 +486,14 @@ def test_failure_midway_leaves_no_destination_and_source_untouched(draft, tmp_pa
 
 def test_corrupted_copy_is_caught_by_verification_and_not_put_in_place(draft, tmp_path, monkeypatch):
     src = draft("speculators")
-    real_copy = fixmod._Copier.copy
+    real_copy = rewriter.Copier.copy
 
     def copy_and_flip_a_byte(self, src_fd, dst_fd, src_off, dst_off, count, path):
         real_copy(self, src_fd, dst_fd, src_off, dst_off, count, path)
         byte = os.pread(src_fd, 1, src_off + count - 1)
         os.pwrite(dst_fd, bytes([byte[0] ^ 0xFF]), dst_off + count - 1)
 
-    monkeypatch.setattr(fixmod._Copier, "copy", copy_and_flip_a_byte)
+    monkeypatch.setattr(rewriter.Copier, "copy", copy_and_flip_a_byte)
     result = apply_fix(plan_fix(src, "sglang==0.5.10"), tmp_path / "out")
     assert not result.ok and not result.written
     assert result.verification.mismatched == ["t2d"]  # the last tensor in the file holds the flipped byte
@@ -506,7 +506,7 @@ def test_copy_falls_back_when_the_kernel_cannot_copy(draft, tmp_path, monkeypatc
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     for name in broken:
-        monkeypatch.setattr(fixmod.os, name, unsupported)
+        monkeypatch.setattr(rewriter.os, name, unsupported)
     src = draft("speculators", shards=2)
     result = apply_fix(plan_fix(src, "vllm"), tmp_path / "out")
     assert result.ok and result.copy_method == ("sendfile" if len(broken) == 1 else "buffered")
@@ -527,7 +527,7 @@ def test_failure_reading_back_is_reported_and_cleaned_up(draft, tmp_path, monkey
     def unreadable(*a):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(fixmod, "_read_exactly", unreadable)
+    monkeypatch.setattr(rewriter, "_read_exactly", unreadable)
     with pytest.raises(FixError, match="Input/output error"):
         apply_fix(plan_fix(draft("speculators"), "vllm"), tmp_path / "out")
     assert not (tmp_path / "out").exists() and not leftovers(tmp_path)
@@ -552,9 +552,9 @@ def test_malformed_config_is_refused_in_one_line(draft, tmp_path, change):
 
 
 def test_small_chunks_and_a_short_comparison_lag_copy_every_byte_and_report_progress(draft, tmp_path, monkeypatch):
-    monkeypatch.setattr(fixmod, "VERIFY_LAG", 1)
-    monkeypatch.setattr(fixmod, "CHUNK", 4096)
-    monkeypatch.setattr(fixmod, "COMPARE_PIECE", 1000)  # pieces that do not divide a chunk
+    monkeypatch.setattr(rewriter, "VERIFY_LAG", 1)
+    monkeypatch.setattr(rewriter, "CHUNK", 4096)
+    monkeypatch.setattr(rewriter, "COMPARE_PIECE", 1000)  # pieces that do not divide a chunk
     src = draft("speculators", shards=2)
     seen = []
     plan = plan_fix(src, "sglang==0.5.10")
@@ -565,13 +565,13 @@ def test_small_chunks_and_a_short_comparison_lag_copy_every_byte_and_report_prog
     assert {renamed[k]: v for k, v in copied.items()} == tensor_bytes(src)
 
 
-@pytest.mark.parametrize("chunk,piece", [(fixmod.CHUNK, fixmod.COMPARE_PIECE), (4096, 1000)])
+@pytest.mark.parametrize("chunk,piece", [(rewriter.CHUNK, rewriter.COMPARE_PIECE), (4096, 1000)])
 def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch, chunk, piece):
-    monkeypatch.setattr(fixmod, "CHUNK", chunk)
-    monkeypatch.setattr(fixmod, "COMPARE_PIECE", piece)
+    monkeypatch.setattr(rewriter, "CHUNK", chunk)
+    monkeypatch.setattr(rewriter, "COMPARE_PIECE", piece)
     src = draft("speculators")
     fc = open_checkpoint(src).tensors["fc.weight"]
-    real_copy = fixmod._Copier.copy
+    real_copy = rewriter.Copier.copy
 
     def copy_and_flip_inside_fc(self, src_fd, dst_fd, src_off, dst_off, count, path):
         real_copy(self, src_fd, dst_fd, src_off, dst_off, count, path)
@@ -579,7 +579,7 @@ def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch, 
             at = fc.begin + 10 - src_off
             os.pwrite(dst_fd, bytes([os.pread(src_fd, 1, src_off + at)[0] ^ 1]), dst_off + at)
 
-    monkeypatch.setattr(fixmod._Copier, "copy", copy_and_flip_inside_fc)
+    monkeypatch.setattr(rewriter.Copier, "copy", copy_and_flip_inside_fc)
     result = apply_fix(plan_fix(src, "vllm"), tmp_path / "out")
     assert result.verification.mismatched == ["fc.weight"] and not result.written
 

@@ -3,10 +3,11 @@
 `plan_fix` decides, from headers alone: new tensor names (the rules in `renames`), the config the
 engine reads (`configs.rewrite_config`), the other files to copy, and the coverage the engine's
 loader would give the result (its replay over the renamed headers). `apply_fix` carries the plan
-out without loading a tensor: each shard gets a new header and its data bytes are copied by the
-kernel (`copy_file_range`, else `sendfile`, else a bounded buffer) into a temporary folder beside
-DST, 4 MB at a time, while a second thread reads each copied chunk back from SRC and DST and
-compares the two, close behind the copy so both are usually still in the CPU cache. Then DST's
+out without loading a tensor, through `rewriter` (which knows nothing of engines): each shard gets a
+new header and its data bytes are copied by the kernel (`copy_file_range`, else `sendfile`, else a
+bounded buffer) into a temporary folder beside DST, 4 MB at a time, while a second thread reads
+each copied chunk back from SRC and DST and compares the two, close behind the copy so both are
+usually still in the CPU cache. Then DST's
 headers are re-read and checked against the plan and the engine's loader is replayed over them;
 only a verified result is renamed into place. SRC is only ever opened for reading, and on any
 failure or interrupt everything written is removed.
@@ -21,30 +22,24 @@ Why one writer: threads writing one file contend for its inode lock (the kernel 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import queue
 import shutil
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
-                         TensorInfo, encode_header, open_checkpoint)
+                         TensorInfo, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .coverage import CoverageReport, draft_dims, replay
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
 from .renames import choose
 from .errors import UserError
-
-CHUNK = 4 << 20  # copied in one call, then read back from SRC and DST and compared
-COMPARE_PIECE = 64 << 10  # read back in pieces this size: the two buffers stay in the core's own cache
-VERIFY_LAG = 16  # chunks the comparison may trail the copy by: the copy never waits on a briefly busy core
-
+from . import rewriter
+from .rewriter import RewriteError, WrittenTensor
 
 class FixError(UserError):
     """Why `fix` cannot proceed: unusable input, an unsafe destination, or a plan that cannot work."""
@@ -353,14 +348,15 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         raise FixError("; ".join(f.message for f in plan.lossy) + " (pass --allow-lossy to write it anyway)")
     check_destination(plan, dst, force)
     start = time.perf_counter()
-    _sweep_killed_runs(dst)
+    rewriter.sweep_killed_runs(dst)
     try:
-        tmp = _new_folder(dst.parent, _temp_prefix(dst, os.getpid()))
+        tmp = rewriter.new_folder(dst.parent, rewriter.temp_prefix(dst, os.getpid()))
     except OSError as e:
         raise FixError(f"{dst.parent}: cannot create a folder there ({e.strerror})") from None
     try:
-        copier = _Copier()
-        written = [_write_shard(plan, shard, tmp, copier, progress) for shard in plan.checkpoint.shards]
+        copier = rewriter.Copier()
+        names = {m.old: m.new for m in plan.tensors}
+        written = [rewriter.write_shard(shard, names, tmp, copier, progress) for shard in plan.checkpoint.shards]
         planned = [tensors for tensors, _ in written]
         mismatched = {name for _, names in written for name in names}
         _write_index(plan, tmp, planned)
@@ -372,7 +368,7 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         result = FixResult(plan, dst, False, len(plan.renamed), sum(len(p) for p in planned), len(plan.omitted),
                            sum(t.nbytes for p in planned for t in p), len(copied), 0.0, copier.method, verification)
         if verification.ok:
-            _put_in_place(tmp, dst)
+            rewriter.put_in_place(tmp, dst)
             result.written = True
             verification.coverage.path = str(dst)
         else:
@@ -381,172 +377,14 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         return result
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, RewriteError):
+            raise FixError(str(e)) from None
         if isinstance(e, OSError):
             raise FixError(f"{e.filename or dst}: {e.strerror or e}") from None
         raise
 
 
-@dataclass(frozen=True)
-class _Planned:
-    """A tensor as written: its name and range in DST and the range it came from in SRC."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    src: Path
-    src_begin: int
-    dst: Path
-    dst_begin: int
-    nbytes: int
-
-
-def _write_shard(plan: FixPlan, shard: ShardHeader, folder: Path, copier, progress) -> tuple[list[_Planned], set[str]]:
-    """Write one shard under `folder` (same file name): the new header, then the data, copied and
-    compared with SRC chunk by chunk. Returns the tensors as written and those whose bytes differ."""
-    names = {m.old: m.new for m in plan.tensors}
-    kept = [t for t in sorted(shard.tensors, key=lambda t: t.begin) if names[t.name] is not None]
-    head = encode_header([(names[t.name], t.dtype, t.shape, t.nbytes) for t in kept], shard.metadata,
-                         page_offset_of=kept[0].begin if kept else 8)
-    out_path = folder / shard.path.name
-    planned, position = [], len(head)
-    for t in kept:
-        planned.append(_Planned(names[t.name], t.dtype, t.shape, t.file, t.begin, out_path, position, t.nbytes))
-        position += t.nbytes
-    with open(shard.path, "rb") as src, open(out_path, "x+b") as out:
-        out.write(head)
-        out.flush()
-        bad = _copy_and_compare(src.fileno(), out.fileno(), _runs(planned), copier, shard.path, progress)
-    mismatched = {p.name for p in planned for lo, hi in bad if lo < p.dst_begin + p.nbytes and p.dst_begin < hi}
-    return planned, mismatched
-
-
-def _runs(planned: list[_Planned]):
-    """Contiguous (src offset, dst offset, length) runs: usually the whole data section in one."""
-    runs = []
-    for p in planned:
-        if runs and runs[-1][0] + runs[-1][2] == p.src_begin and runs[-1][1] + runs[-1][2] == p.dst_begin:
-            runs[-1][2] += p.nbytes
-        else:
-            runs.append([p.src_begin, p.dst_begin, p.nbytes])
-    return [tuple(r) for r in runs]
-
-
-class _Copier:
-    """Copy byte ranges between files in the kernel where it can, remembering what worked."""
-
-    _UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.ENOTSUP}
-
-    def __init__(self):
-        self.method = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile"
-
-    def copy(self, src_fd: int, dst_fd: int, src_off: int, dst_off: int, count: int, src_path) -> None:
-        while count > 0:
-            n = self._once(src_fd, dst_fd, src_off, dst_off, count)
-            if n == 0:
-                raise FixError(f"{src_path}: ended at byte {src_off}, before the data its header describes "
-                               "(was it changed while fix ran?)")
-            src_off, dst_off, count = src_off + n, dst_off + n, count - n
-
-    def _once(self, src_fd, dst_fd, src_off, dst_off, count) -> int:
-        if self.method == "copy_file_range":
-            try:
-                return os.copy_file_range(src_fd, dst_fd, count, src_off, dst_off)
-            except OSError as e:
-                if e.errno not in self._UNSUPPORTED:
-                    raise
-                self.method = "sendfile"
-        if self.method == "sendfile":
-            try:
-                os.lseek(dst_fd, dst_off, os.SEEK_SET)  # sendfile writes at DST's position; one writer
-                return os.sendfile(dst_fd, src_fd, src_off, count)
-            except OSError as e:
-                if e.errno not in self._UNSUPPORTED:
-                    raise
-                self.method = "buffered"
-        view = memoryview(bytearray(min(count, CHUNK)))
-        n = os.preadv(src_fd, [view], src_off)
-        written = 0
-        while written < n:
-            written += os.pwrite(dst_fd, view[written:n], dst_off + written)
-        return n
-
-
-def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress) -> list[tuple[int, int]]:
-    """Copy the runs chunk by chunk in this thread while another thread reads each copied chunk back
-    from SRC and DST and compares them, at most VERIFY_LAG chunks behind. Returns the DST ranges
-    whose bytes differ.
-
-    This thread reports progress and receives KeyboardInterrupt; an error in either thread stops
-    both and is raised here.
-    """
-    copied = queue.Queue(VERIFY_LAG)
-    state = {"bad": [], "error": None}
-
-    def compare():
-        a, b = bytearray(COMPARE_PIECE), bytearray(COMPARE_PIECE)
-        while (chunk := copied.get()) is not None:
-            if state["error"] is not None:
-                continue  # drain, so the copy never waits on a full queue
-            src_off, dst_off, length = chunk
-            try:
-                for start in range(0, length, COMPARE_PIECE):
-                    n = min(COMPARE_PIECE, length - start)
-                    got = _read_exactly(dst_fd, dst_off + start, b, n, "DST")
-                    want = _read_exactly(src_fd, src_off + start, a, n, src_path)
-                    if got != want:
-                        state["bad"] += _differing(got, want, dst_off + start)
-            except BaseException as e:  # raised again in the copying thread
-                state["error"] = e
-
-    checker = threading.Thread(target=compare, name="draftdoctor-compare", daemon=True)
-    checker.start()
-    try:
-        for src_off, dst_off, length in runs:
-            for start in range(0, length, CHUNK):
-                if state["error"] is not None:
-                    raise state["error"]
-                n = min(CHUNK, length - start)
-                copier.copy(src_fd, dst_fd, src_off + start, dst_off + start, n, src_path)
-                copied.put((src_off + start, dst_off + start, n))
-                if progress:
-                    progress(n)
-    finally:
-        copied.put(None)
-        checker.join()
-    if state["error"] is not None:
-        raise state["error"]
-    return state["bad"]
-
-
-def _differing(got, want, base: int, block: int = 4096) -> list[tuple[int, int]]:
-    """The exact byte ranges where two equal-length buffers differ (only run when they do)."""
-    ranges = []
-    for i in range(0, len(got), block):
-        if got[i:i + block] == want[i:i + block]:
-            continue
-        for k in range(i, min(len(got), i + block)):
-            if got[k] != want[k]:
-                if ranges and ranges[-1][1] == base + k:
-                    ranges[-1] = (ranges[-1][0], base + k + 1)
-                else:
-                    ranges.append((base + k, base + k + 1))
-    return ranges
-
-
-def _read_exactly(fd: int, offset: int, buffer: bytearray, n: int, path) -> bytes | bytearray:
-    """`n` bytes at `offset`, in `buffer` (whole) or a slice of it (the last, short chunk)."""
-    view = memoryview(buffer)
-    got = 0
-    while got < n:
-        k = os.preadv(fd, [view[got:n]], offset + got)
-        if k == 0:
-            raise FixError(f"{path}: ends at byte {offset + got}, before the data its header describes "
-                           "(was it changed while fix ran?)")
-        got += k
-    return buffer if n == len(buffer) else buffer[:n]
-
-
-def _write_index(plan: FixPlan, folder: Path, planned: list[list[_Planned]]) -> None:
+def _write_index(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]]) -> None:
     index = plan.checkpoint.index
     if index is None:
         return
@@ -556,7 +394,7 @@ def _write_index(plan: FixPlan, folder: Path, planned: list[list[_Planned]]) -> 
     (folder / INDEX_NAME).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
 
 
-def _verify(plan: FixPlan, folder: Path, planned: list[list[_Planned]], mismatched: set[str]) -> Verification:
+def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mismatched: set[str]) -> Verification:
     """Re-read DST's headers and check them against the plan and the byte comparison; replay the engine."""
     flat = [p for shard in planned for p in shard]
     mismatched = sorted(mismatched)
@@ -578,61 +416,3 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[_Planned]], mismatch
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
     coverage = replay(written, plan.engine)
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage)
-
-
-def _temp_base(dst: Path) -> str:
-    """The start of every hidden folder fix makes beside DST."""
-    return f".{dst.name}.draftdoctor-"
-
-
-def _temp_prefix(dst: Path, pid: int) -> str:
-    """Temporary folders are named after DST, this host and the process, so that a later run can
-    tell the folders of a killed process from those of one still running."""
-    return f"{_temp_base(dst)}{pid}-{os.uname().nodename}-"
-
-
-def _new_folder(parent: Path, prefix: str) -> Path:
-    """A new folder `parent/prefix<random>`, for its owner only, as tempfile.mkdtemp makes them
-    (importing tempfile took 2 ms of fix's 60 ms start-up)."""
-    while True:
-        folder = parent / f"{prefix}{os.urandom(6).hex()}"
-        try:
-            os.mkdir(folder, 0o700)
-            return folder
-        except FileExistsError:
-            continue
-
-
-def _sweep_killed_runs(dst: Path) -> None:
-    """Remove the temporary folders that earlier runs on this host left for DST when they were
-    killed: they only ever hold unverified output. A live process's folder is left alone."""
-    base = _temp_base(dst)
-    try:
-        names = [name for name in os.listdir(dst.parent) if name.startswith(base)]
-    except OSError:  # a folder we may write in but not list: nothing of ours to find
-        return
-    for folder in map(dst.parent.joinpath, names):
-        pid = folder.name[len(base):].partition("-")[0]
-        if not pid.isdigit() or not folder.name.startswith(_temp_prefix(dst, int(pid))) or folder.is_symlink():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except OSError:  # alive, owned by someone else
-            pass
-
-
-def _put_in_place(tmp: Path, dst: Path) -> None:
-    """Rename the verified folder to DST; an old DST (--force) is removed only once the new one is there."""
-    if not os.path.lexists(dst):
-        os.rename(tmp, dst)
-        return
-    old = _new_folder(dst.parent, f"{_temp_base(dst)}old-")
-    os.rename(dst, old / dst.name)
-    try:
-        os.rename(tmp, dst)
-    except BaseException:
-        os.rename(old / dst.name, dst)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
