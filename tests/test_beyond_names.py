@@ -87,7 +87,7 @@ def test_unconverted_aux_ids_cost_nothing_here(results):
 
 
 def test_summary_rows_feed_the_chart(results):
-    from draftdoctor.report import beyond_names_figure
+    from draftdoctor.figures import beyond_names_figure
 
     rows = [r.summary() for r in results.values()]
     assert [r["name"] for r in rows] == [c.name for c in beyond_names.CASES]

@@ -120,7 +120,7 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     for option in unsupported_options(options, profile, config_format(config), layer_options(config)):
         code = OPTION_CODES.get(option, "lossy-config")
         why = ("does not read from speculators' config (it reads it from a flat one)"
-               if getattr(profile, DRAFT_OPTIONS[option]) else "does not implement")
+               if profile.implements(option) else "does not implement")
         out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} {why}: it "
                                    "computes a different function than the one trained, and acceptance drops"))
     # `fix --allow-lossy` keeps an option the engine cannot express only in its record, which no
@@ -129,7 +129,7 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     fields = record.get("fields") if isinstance(record.get("fields"), dict) else {}
     for option in sorted(k for k, v in fields.items() if k in DRAFT_OPTIONS and v and k not in options):
         remedy = (f"; {name} implements it: `draftdoctor fix --engine {profile.engine}` writes it where it is read"
-                  if getattr(profile, DRAFT_OPTIONS[option]) else "")
+                  if profile.implements(option) else "")
         out.append(F.finding(OPTION_CODES.get(option, "lossy-config"), (
             f"the draft was trained with {option}: true, kept only in the config's {RECORD_KEY} record by a lossy fix, "
             f"where no engine reads it: {name} computes without it, a different function than the one trained, and "

@@ -109,12 +109,7 @@ ABSENT = "<absent>"
 RECORD_KEY = "draftdoctor"  # unknown keys are kept as attributes by transformers and ignored by engines
 
 # speculators' boolean draft options -> the Profile attribute saying the engine implements it
-DRAFT_OPTIONS = {
-    "norm_before_residual": "supports_norm_before_residual",
-    "norm_before_fc": "supports_input_norm",
-    "fc_norm": "supports_fc_norm",
-    "norm_output": "supports_norm_output",
-}
+DRAFT_OPTIONS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")  # Profile.implements each
 # keys of a flat config that are not decoder-layer hyper-parameters
 FLAT_DRAFT_KEYS = ("architectures", "model_type", "draft_vocab_size", "target_hidden_size", "eagle_config",
                    "eagle_aux_hidden_state_layer_ids", "bias", "use_aux_norm", RECORD_KEY, *DRAFT_OPTIONS)
@@ -196,14 +191,14 @@ def unsupported_options(options: dict, profile, fmt: str = FLAT, carried: tuple[
     """The options set true that `profile`'s engine does not implement, or does not read from a
     config of format `fmt` (Profile.speculators_drops) unless `carried` where it does read them."""
     return [name for name, value in options.items()
-            if value and (not getattr(profile, DRAFT_OPTIONS[name])
+            if value and (not profile.implements(name)
                           or fmt == SPECULATORS and name in profile.speculators_drops and name not in carried)]
 
 
 def _lossy(options: dict, profile, fmt: str, carried: tuple[str, ...] = ()) -> list[str]:
     return [
         f"{name}: true has no equivalent in {profile.engine} {profile.first}–{profile.last}"
-        + (" (which implements it, but does not read it from speculators' config)" if getattr(profile, DRAFT_OPTIONS[name]) else "")
+        + (" (which implements it, but does not read it from speculators' config)" if profile.implements(name) else "")
         + "; the draft would compute differently there than it was trained"
         for name in unsupported_options(options, profile, fmt, carried)
     ]
@@ -287,7 +282,7 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
     flat["eagle_config"] = eagle
     unsupported = {}
     for name, value in options.items():
-        if getattr(profile, DRAFT_OPTIONS[name]):
+        if profile.implements(name):
             flat[name] = value
         else:
             unsupported[name] = value

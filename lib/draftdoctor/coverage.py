@@ -285,11 +285,7 @@ def _nbytes(shape, dtype_bytes: int) -> int:
 
 
 def _lookup(profile: Profile, name: str, params: dict) -> str | None:
-    if profile.prefix_rule == "always":
-        candidates = [name] if "lm_head" in name else ["model." + name]
-    else:
-        candidates = [name, "model." + name]
-    return next((c for c in candidates if c in params), None)
+    return next((c for c in profile.lookup_names(name) if c in params), None)
 
 
 def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | None, object, str]:
@@ -329,7 +325,7 @@ def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, 
     policy, message = on_unmatched
     if is_training_only(key) and policy != CRASH:
         return TRAINING_ONLY, None, None, "training-only tensor; no engine parameter exists for it"
-    last = tried if profile.prefix_rule == "always" and "lm_head" in tried else f"model.{tried}"
+    last = profile.lookup_names(tried)[-1]  # the name the engine looked up last
     if key.endswith(profile.unmatched_skipped_suffixes):
         return DROPPED, None, None, f"no parameter {last}; skipped silently (unexpected {key.rsplit('.', 1)[-1]} weights are ignored)"
     said = f': "{message.format(name=last, local=tried)}"' if message else ""

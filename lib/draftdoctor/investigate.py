@@ -114,7 +114,7 @@ def _running_cell(executed: Path) -> int | None:
 
 def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float = 900.0, progress=None) -> RunResult:
     """Run the notebooks for one checkpoint into `out_dir` and write report.json / report.md."""
-    from .report_md import write_report
+    from .report import write_report
 
     out_dir = Path(out_dir).resolve()  # notebooks run in notebooks/: relative paths would land there
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
 
 def investigate(params_file, out, cell_timeout: float = 900.0, progress=None) -> list[RunResult]:
     """Every run of a parameters file; a batch gets one folder per checkpoint and summary.md."""
-    from .report_md import write_summary
+    from .report import write_summary
 
     runs = load_params(params_file)
     out = Path(out)

@@ -1,127 +1,123 @@
-"""Figures for notebooks and reports: load coverage and acceptance before/after.
+"""An investigation's report: report.json (numbers) and report.md (for people), from the run folder.
 
-Functions return matplotlib Figures and never show them; callers save or display. The Agg canvas
-is used directly so that no GUI backend is ever needed.
+Reads what the notebooks wrote (keys.json, coverage.json, fix.json, bench.json); a step that did not
+run leaves its part of the report empty and says so.
 """
 
 from __future__ import annotations
 
-from .statuses import KeyFate, ParamFate
-
-STATUS_COLORS = {
-    ParamFate.WRITTEN: "#2a9d8f", ParamFate.FROM_TARGET: "#8ab17d", ParamFate.IDENTITY: "#a8dadc",
-    ParamFate.PARTIAL: "#e9c46a", ParamFate.UNINITIALIZED: "#e76f51", KeyFate.MISMATCH: "#9b2226",
-}
+import json
+from pathlib import Path
 
 
-def _figure(width: float, height: float, ncols: int = 1):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(1, ncols)
-    return fig, axes
+def _load(out_dir: Path, name: str) -> dict | None:
+    path = out_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
-def coverage_figure(report):
-    """One bar per engine parameter (size in bytes, log scale), coloured by what the loader did."""
-    params = list(report.params)
-    fig, ax = _figure(8, 0.3 * len(params) + 1.4)
-    names = [p.name for p in params][::-1]
-    sizes = [max(p.nbytes, 1) for p in params][::-1]
-    colors = [STATUS_COLORS.get(p.status, "grey") for p in params][::-1]
-    ax.barh(names, sizes, color=colors)
-    ax.set_xscale("log")
-    ax.set_xlabel("bytes")
-    ax.set_title(f"{report.engine} ({report.loader}): {len(report.uninitialized)} of {len(params)} parameters "
-                 "left at initial values", fontsize=9)
-    from matplotlib.patches import Patch
-
-    present = [s for s in STATUS_COLORS if any(p.status == s for p in params)]
-    fig.legend(handles=[Patch(color=STATUS_COLORS[s], label=s) for s in present], loc="outside lower center",
-               ncols=len(present), fontsize=8)
-    ax.tick_params(axis="y", labelsize=7)
-    return fig
+def _coverage_numbers(doc: dict | None) -> dict | None:
+    if not doc:
+        return None
+    cov = doc["coverage"]
+    return {k: cov[k] for k in ("params_total", "params_uninitialized", "bytes_total", "bytes_uninitialized",
+                                "keys_total", "keys_dropped")} | {
+        "verdict": doc["verdict"], "engine": doc["engine"], "loader": doc["loader"],
+        "findings": [f["code"] for f in doc["findings"] if f["severity"] == "error"]}
 
 
-def acceptance_figure(runs: list[dict]):
-    """Accept length and strict accept rate per run (e.g. before / after the fix)."""
-    fig, (ax_len, ax_rate) = _figure(8, 3.2, ncols=2)
-    names = [r["name"] for r in runs]
-    lengths = [r.get("accept_length") or 0 for r in runs]
-    rates = [r.get("accept_rate") or 0 for r in runs]
-    palette = ["#e76f51", "#2a9d8f", "#264653", "#e9c46a"]
-    colors = [palette[i % len(palette)] for i in range(len(runs))]
-    ax_len.bar(names, lengths, color=colors)
-    ax_len.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax_len.set_ylabel("accept length (tokens / verify step)")
-    ax_len.set_ylim(0, max(lengths + [1.0]) * 1.25)
-    for i, v in enumerate(lengths):
-        ax_len.text(i, v, f"{v:.2f}", ha="center", va="bottom")
-    ax_rate.bar(names, rates, color=colors)
-    ax_rate.set_ylabel("strict accept rate (accepted / drafted)")
-    ax_rate.set_ylim(0, 1.05)
-    for i, v in enumerate(rates):
-        ax_rate.text(i, v, f"{v:.2f}", ha="center", va="bottom")
-    fig.suptitle("acceptance per draft (dashed: no draft token accepted)", fontsize=10)
-    return fig
+def _bench_run(bench: dict | None, name: str) -> dict | None:
+    if not bench:
+        return None
+    run = next((r for r in bench["runs"] if r["name"] == name), None)
+    if run is None:
+        return None
+    return {k: run.get(k) for k in ("accept_length", "accept_rate", "tokens_per_s", "per_position", "requests",
+                                    "backend")}
 
 
-def per_position_figure(runs: list[dict]):
-    """Acceptance at each draft position, one line per run (runs without the data are skipped)."""
-    fig, ax = _figure(6, 3.2)
-    for r in runs:
-        rates = r.get("per_position")
-        if rates:
-            ax.plot(range(1, len(rates) + 1), rates, marker="o", label=r["name"])
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("share of verify steps accepting it")
-    ax.set_ylim(0, 1.05)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    return fig
+def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
+    keys, coverage, fix, bench = (_load(out_dir, n) for n in ("keys", "coverage", "fix", "results"))
+    return {
+        "name": params.get("name"),
+        "checkpoint": params.get("checkpoint"),
+        "engine": (coverage or {}).get("engine"),
+        "layout": (keys or {}).get("layout"),
+        "coverage_before": _coverage_numbers(coverage),
+        "coverage_after": _coverage_numbers((fix or {}).get("coverage_after")),
+        "fix": {k: v for k, v in (fix or {}).items() if k != "coverage_after"} or None,
+        "coverage_figure": "coverage.png" if (out_dir / "coverage.png").exists() else None,
+        "before": _bench_run(bench, "before"),
+        "after": _bench_run(bench, "after"),
+        "error": error,
+    }
 
 
-def beyond_names_figure(rows: list[dict]):
-    """Accept length per case, labelled with what `check` flags, and acceptance per draft position.
-
-    Rows: {name, flagged, accept_length, per_position, error}; a case with an error and no accept
-    length is marked as not running rather than drawn as zero."""
-    fig, (ax_len, ax_pos) = _figure(11, 0.45 * len(rows) + 2.2, ncols=2)
-    palette = ["#2a9d8f", "#e76f51", "#e9c46a", "#264653", "#8ab17d"]
-    top = max([r.get("accept_length") or 0 for r in rows] + [1.0]) * 1.3
-    for i, r in enumerate(rows):
-        y, color = len(rows) - 1 - i, palette[i % len(palette)]
-        if r.get("accept_length") is None:
-            ax_len.text(0.05, y, "cannot run", va="center", color="#9b2226")
-            continue
-        ax_len.barh(y, r["accept_length"], color=color)
-        ax_len.text(r["accept_length"], y, f" {r['accept_length']:.2f}", va="center")
-        positions = range(1, len(r["per_position"]) + 1)
-        ax_pos.plot(positions, r["per_position"], marker="o", color=color, label=r["name"])
-        ax_pos.set_xticks(list(positions))
-    ax_len.set_yticks(range(len(rows))[::-1], [f"{r['name']}\ncheck: {r['flagged']}" for r in rows], fontsize=8)
-    ax_len.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax_len.set_xlim(0, top)
-    ax_len.set_xlabel("accept length (tokens / verify step; dashed: nothing accepted)")
-    ax_pos.set_xlabel("draft position")
-    ax_pos.set_ylabel("share of verify steps accepting it")
-    ax_pos.set_ylim(0, 1.05)
-    ax_pos.legend(fontsize=7)
-    fig.suptitle("names right, every parameter loaded: what check flags, and what it costs", fontsize=10)
-    return fig
+def _md_coverage(title: str, cov: dict | None) -> list[str]:
+    if not cov:
+        return [f"**{title}:** not measured", ""]
+    return [f"**{title}** ({cov['engine']}, {cov['loader']} loader): {cov['verdict']}", "",
+            "| parameters | left at init | bytes left at init | keys | keys dropped |", "|---|---|---|---|---|",
+            f"| {cov['params_total']} | {cov['params_uninitialized']} | {cov['bytes_uninitialized']:,} of "
+            f"{cov['bytes_total']:,} | {cov['keys_total']} | {cov['keys_dropped']} |", ""]
 
 
-def throughput_figure(runs: list[dict]):
-    """Output tokens per second per run."""
-    fig, ax = _figure(5, 3.2)
-    names = [r["name"] for r in runs]
-    values = [r.get("tokens_per_s") or 0 for r in runs]
-    ax.bar(names, values, color="#264653")
-    ax.set_ylabel("output tokens / s")
-    for i, v in enumerate(values):
-        ax.text(i, v, f"{v:.1f}", ha="center", va="bottom")
-    return fig
+def _fmt(value, digits=2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
-def save(fig, path) -> None:
-    fig.savefig(path, dpi=110)
+def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
+    """Write report.json and report.md into `out_dir`; return the report.json data."""
+    data = report_data(out_dir, params, error)
+    (out_dir / "report.json").write_text(json.dumps(data, indent=1))
+    lines = [f"# draftdoctor investigation: {data['name']}", "", f"checkpoint: `{data['checkpoint']}`  ",
+             f"layout: {data['layout'] or '–'}; engine: {data['engine'] or '–'}", ""]
+    if error:
+        lines += [f"> **The investigation stopped:** {error}", ""]
+    before, after = data["before"], data["after"]
+    if before and after:
+        lines += ["## Verdict", "",
+                  f"Accept length {_fmt(before['accept_length'])} before the fix, {_fmt(after['accept_length'])} after "
+                  f"(strict accept rate {_fmt(before['accept_rate'])} → {_fmt(after['accept_rate'])}; measured on the "
+                  f"{before.get('backend') or 'reference'} backend).", ""]
+    lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"])
+    if data["coverage_figure"]:
+        lines += [f"![load coverage before the fix]({data['coverage_figure']})", ""]
+    lines += _md_coverage("After the fix", data["coverage_after"])
+    fix = data["fix"]
+    if fix:
+        verified = "verified" if fix.get("ok") else "NOT verified: " + "; ".join(fix["verification"]["problems"])
+        lines += ["## Fix", "", f"Wrote `{fix.get('dst')}`: {fix.get('tensors_renamed', 0)} tensors renamed, "
+                  f"{fix.get('bytes_copied', 0):,} bytes copied in {_fmt(fix.get('seconds'), 2)} s, {verified}.", ""]
+        for change in fix.get("config_changes", []):
+            lines.append(f"- config `{change['field']}`: {change['reason']}")
+        lines.append("")
+    if before or after:
+        lines += ["## Acceptance", "", "| run | accept length | strict accept rate | tokens/s |", "|---|---|---|---|"]
+        for name, run in (("before", before), ("after", after)):
+            if run:
+                lines.append(f"| {name} | {_fmt(run['accept_length'])} | {_fmt(run['accept_rate'])} | "
+                             f"{_fmt(run['tokens_per_s'], 1)} |")
+        lines.append("")
+        if (out_dir / "acceptance.png").exists():
+            lines += ["![acceptance before and after](acceptance.png)", ""]
+    (out_dir / "report.md").write_text("\n".join(lines))
+    return data
+
+
+def write_summary(out: Path, results) -> None:
+    """summary.md and summary.json of a batch: one row per checkpoint."""
+    rows = []
+    for r in results:
+        rep = r.report or {}
+        rows.append({"name": r.name, "verdict": (rep.get("coverage_before") or {}).get("verdict"),
+                     "accept_length_before": (rep.get("before") or {}).get("accept_length"),
+                     "accept_length_after": (rep.get("after") or {}).get("accept_length"),
+                     "error": r.error, "folder": str(r.out_dir)})
+    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    lines = ["# draftdoctor batch summary", "", "| checkpoint | verdict before | accept length before | after | status |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        status = "failed: " + row["error"].splitlines()[0] if row["error"] else "ok"
+        lines.append(f"| [{row['name']}]({row['name']}/report.md) | {row['verdict'] or '–'} | "
+                     f"{_fmt(row['accept_length_before'])} | {_fmt(row['accept_length_after'])} | {status} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")

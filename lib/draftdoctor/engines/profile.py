@@ -74,7 +74,7 @@ class Profile(ReleaseRange):
     derived_keys: tuple[tuple[str, str], ...]  # (substring, attribute): key becomes an attribute
     renamed_keys: tuple[tuple[str, str], ...]  # (substring, parameter): key loads into that parameter
     ignored_keys: tuple[str, ...]  # substrings skipped by design
-    prefix_rule: str  # "fallback": as-is, then "model."+name | "always": "model."+name except lm_head
+    prefix_rule: str  # "fallback": as-is, then "model."+name | "always": "model."+name except `unprefixed`
     # (policy, engine's message) for a key matching no parameter; policy: skip | warn | crash;
     # the message is formatted with the parameter name last looked up
     on_unmatched: tuple[str, str]
@@ -116,10 +116,23 @@ class Profile(ReleaseRange):
     # parameter roles the engine takes from the target when the checkpoint has no tensor for them
     # (vLLM's `has_own_embed_tokens` / `has_own_lm_head`), whatever the draft's sizes
     from_target_when_absent: tuple[str, ...] = ()
+    # substrings of names the "always" prefix rule looks up as they are (the head lives outside `model.`)
+    unprefixed: tuple[str, ...] = ("lm_head",)
 
     @property
     def spec(self) -> str:
         return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+
+    def implements(self, option: str) -> bool:
+        """Whether the engine computes one of speculators' draft options (configs.DRAFT_OPTIONS)."""
+        return {"norm_before_residual": self.supports_norm_before_residual, "norm_before_fc": self.supports_input_norm,
+                "fc_norm": self.supports_fc_norm, "norm_output": self.supports_norm_output}[option]
+
+    def lookup_names(self, name: str) -> list[str]:
+        """The parameter names `load_weights` tries for a (renamed) key, in order."""
+        if self.prefix_rule == "always":
+            return [name] if any(s in name for s in self.unprefixed) else ["model." + name]
+        return [name, "model." + name]
 
     def layer_name(self, i: int) -> str:
         return self.layer_prefix.format(i=i)

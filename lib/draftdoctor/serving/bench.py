@@ -101,7 +101,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
 
 def write_results(out_dir: Path, runs: list[BenchRun]) -> None:
     """results.json ({"runs": [...]}) and the PNG charts."""
-    from ..report import acceptance_figure, per_position_figure, save, throughput_figure
+    from ..figures import acceptance_figure, per_position_figure, save, throughput_figure
 
     summaries = [r.summary() for r in runs]
     (out_dir / "results.json").write_text(json.dumps({"runs": summaries}, indent=1))

@@ -1,0 +1,127 @@
+"""Figures for notebooks and reports: load coverage and acceptance before/after.
+
+Functions return matplotlib Figures and never show them; callers save or display. The Agg canvas
+is used directly so that no GUI backend is ever needed.
+"""
+
+from __future__ import annotations
+
+from .statuses import KeyFate, ParamFate
+
+STATUS_COLORS = {
+    ParamFate.WRITTEN: "#2a9d8f", ParamFate.FROM_TARGET: "#8ab17d", ParamFate.IDENTITY: "#a8dadc",
+    ParamFate.PARTIAL: "#e9c46a", ParamFate.UNINITIALIZED: "#e76f51", KeyFate.MISMATCH: "#9b2226",
+}
+
+
+def _figure(width: float, height: float, ncols: int = 1):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols)
+    return fig, axes
+
+
+def coverage_figure(report):
+    """One bar per engine parameter (size in bytes, log scale), coloured by what the loader did."""
+    params = list(report.params)
+    fig, ax = _figure(8, 0.3 * len(params) + 1.4)
+    names = [p.name for p in params][::-1]
+    sizes = [max(p.nbytes, 1) for p in params][::-1]
+    colors = [STATUS_COLORS.get(p.status, "grey") for p in params][::-1]
+    ax.barh(names, sizes, color=colors)
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes")
+    ax.set_title(f"{report.engine} ({report.loader}): {len(report.uninitialized)} of {len(params)} parameters "
+                 "left at initial values", fontsize=9)
+    from matplotlib.patches import Patch
+
+    present = [s for s in STATUS_COLORS if any(p.status == s for p in params)]
+    fig.legend(handles=[Patch(color=STATUS_COLORS[s], label=s) for s in present], loc="outside lower center",
+               ncols=len(present), fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    return fig
+
+
+def acceptance_figure(runs: list[dict]):
+    """Accept length and strict accept rate per run (e.g. before / after the fix)."""
+    fig, (ax_len, ax_rate) = _figure(8, 3.2, ncols=2)
+    names = [r["name"] for r in runs]
+    lengths = [r.get("accept_length") or 0 for r in runs]
+    rates = [r.get("accept_rate") or 0 for r in runs]
+    palette = ["#e76f51", "#2a9d8f", "#264653", "#e9c46a"]
+    colors = [palette[i % len(palette)] for i in range(len(runs))]
+    ax_len.bar(names, lengths, color=colors)
+    ax_len.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax_len.set_ylabel("accept length (tokens / verify step)")
+    ax_len.set_ylim(0, max(lengths + [1.0]) * 1.25)
+    for i, v in enumerate(lengths):
+        ax_len.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    ax_rate.bar(names, rates, color=colors)
+    ax_rate.set_ylabel("strict accept rate (accepted / drafted)")
+    ax_rate.set_ylim(0, 1.05)
+    for i, v in enumerate(rates):
+        ax_rate.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    fig.suptitle("acceptance per draft (dashed: no draft token accepted)", fontsize=10)
+    return fig
+
+
+def per_position_figure(runs: list[dict]):
+    """Acceptance at each draft position, one line per run (runs without the data are skipped)."""
+    fig, ax = _figure(6, 3.2)
+    for r in runs:
+        rates = r.get("per_position")
+        if rates:
+            ax.plot(range(1, len(rates) + 1), rates, marker="o", label=r["name"])
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("share of verify steps accepting it")
+    ax.set_ylim(0, 1.05)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    return fig
+
+
+def beyond_names_figure(rows: list[dict]):
+    """Accept length per case, labelled with what `check` flags, and acceptance per draft position.
+
+    Rows: {name, flagged, accept_length, per_position, error}; a case with an error and no accept
+    length is marked as not running rather than drawn as zero."""
+    fig, (ax_len, ax_pos) = _figure(11, 0.45 * len(rows) + 2.2, ncols=2)
+    palette = ["#2a9d8f", "#e76f51", "#e9c46a", "#264653", "#8ab17d"]
+    top = max([r.get("accept_length") or 0 for r in rows] + [1.0]) * 1.3
+    for i, r in enumerate(rows):
+        y, color = len(rows) - 1 - i, palette[i % len(palette)]
+        if r.get("accept_length") is None:
+            ax_len.text(0.05, y, "cannot run", va="center", color="#9b2226")
+            continue
+        ax_len.barh(y, r["accept_length"], color=color)
+        ax_len.text(r["accept_length"], y, f" {r['accept_length']:.2f}", va="center")
+        positions = range(1, len(r["per_position"]) + 1)
+        ax_pos.plot(positions, r["per_position"], marker="o", color=color, label=r["name"])
+        ax_pos.set_xticks(list(positions))
+    ax_len.set_yticks(range(len(rows))[::-1], [f"{r['name']}\ncheck: {r['flagged']}" for r in rows], fontsize=8)
+    ax_len.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax_len.set_xlim(0, top)
+    ax_len.set_xlabel("accept length (tokens / verify step; dashed: nothing accepted)")
+    ax_pos.set_xlabel("draft position")
+    ax_pos.set_ylabel("share of verify steps accepting it")
+    ax_pos.set_ylim(0, 1.05)
+    ax_pos.legend(fontsize=7)
+    fig.suptitle("names right, every parameter loaded: what check flags, and what it costs", fontsize=10)
+    return fig
+
+
+def throughput_figure(runs: list[dict]):
+    """Output tokens per second per run."""
+    fig, ax = _figure(5, 3.2)
+    names = [r["name"] for r in runs]
+    values = [r.get("tokens_per_s") or 0 for r in runs]
+    ax.bar(names, values, color="#264653")
+    ax.set_ylabel("output tokens / s")
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.1f}", ha="center", va="bottom")
+    return fig
+
+
+def save(fig, path) -> None:
+    fig.savefig(path, dpi=110)
