@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from . import findings as F
-from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError, open_checkpoint
+from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
 from .configs import FLAT, MISSING, DraftDims, config_format
 from .engines import (CRASH, STACKED, WARN, ParamSpec, Profile, from_target, identity_by_default, parameters,
                       resolve_engine)

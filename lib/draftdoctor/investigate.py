@@ -9,11 +9,12 @@ each gets its own folder and the batch a summary table.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from .errors import UserError
+from .runs import fixed_checkpoint
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
@@ -126,8 +127,8 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
                 progress(f"{params['name']}: {step}")
             run_step(step, params, out_dir, cell_timeout)
             result.steps.append(step)
-            if step == "04-apply-fix":
-                params = {**params, "fixed_checkpoint": json.loads((out_dir / "fix.json").read_text())["dst"]}
+            if step == "04-apply-fix":  # step 05 serves what step 04 wrote
+                params = {**params, "fixed_checkpoint": fixed_checkpoint(out_dir)}
     except StepFailed as e:
         result.error = str(e)
     result.seconds = time.perf_counter() - start

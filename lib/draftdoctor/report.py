@@ -1,7 +1,7 @@
 """An investigation's report: report.json (numbers) and report.md (for people), from the run folder.
 
-Reads what the notebooks wrote (keys.json, coverage.json, fix.json, bench.json); a step that did not
-run leaves its part of the report empty and says so.
+Reads the steps' records (`runs`: keys, coverage, fix, results); a step that did not run leaves its
+part of the report empty and says so.
 """
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
-def _load(out_dir: Path, name: str) -> dict | None:
-    path = out_dir / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+from . import runs
 
 
 def _coverage_numbers(doc: dict | None) -> dict | None:
@@ -36,7 +33,7 @@ def _bench_run(bench: dict | None, name: str) -> dict | None:
 
 
 def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
-    keys, coverage, fix, bench = (_load(out_dir, n) for n in ("keys", "coverage", "fix", "results"))
+    keys, coverage, fix, bench = (runs.load_step(out_dir, n) for n in (runs.KEYS, runs.COVERAGE, runs.FIX, runs.RESULTS))
     return {
         "name": params.get("name"),
         "checkpoint": params.get("checkpoint"),

@@ -1,13 +1,16 @@
-"""An investigation's folder: each notebook step writes one JSON there for the next steps.
+"""An investigation's folder: what each notebook step saves there, for the next steps and the report.
 
-`investigate` chains the five notebooks through these files, and builds report.md/report.json from
-them.
+One function per step builds the step's record, writes it (atomically) as the step's JSON file and
+returns it; `investigate` and `report` read the records back through `load_step` by the same names.
+The bench step (05) writes `results.json` itself (`serving.bench.write_results`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+KEYS, NAMES, COVERAGE, FIX, RESULTS = "keys", "names", "coverage", "fix", "results"  # the files' names
 
 
 def save_step(out_dir, name: str, data: dict) -> Path:
@@ -21,6 +24,44 @@ def save_step(out_dir, name: str, data: dict) -> Path:
     return path
 
 
-def load_step(out_dir, name: str) -> dict:
+def load_step(out_dir, name: str) -> dict | None:
+    """A step's record, or None when that step has not run."""
     path = Path(out_dir) / f"{name}.json"
-    return json.loads(path.read_text())
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def record_keys(out_dir, checkpoint, layout, modules) -> dict:
+    """Step 01: what the checkpoint holds (`modules`: the per-module DataFrame the notebook shows)."""
+    record = {"checkpoint": str(checkpoint.path), "tensors": len(checkpoint.tensors), "bytes": checkpoint.total_bytes,
+              "layout": layout.name, "evidence": list(layout.evidence),
+              "modules": modules.reset_index().to_dict("records")}
+    save_step(out_dir, KEYS, record)
+    return record
+
+
+def record_names(out_dir, report) -> dict:
+    """Step 02: the loading report (MISSING / UNEXPECTED / MISMATCH rows) of a coverage report."""
+    record = {"engine": report.engine, "rows": report.loading_report()}
+    save_step(out_dir, NAMES, record)
+    return record
+
+
+def record_coverage(out_dir, report) -> dict:
+    """Step 03: the whole coverage report, findings and verdict."""
+    record = report.to_dict()
+    save_step(out_dir, COVERAGE, record)
+    return record
+
+
+def record_fix(out_dir, result) -> dict:
+    """Step 04: what `apply_fix` wrote and verified, with the coverage of the written checkpoint."""
+    after = result.verification.coverage
+    record = result.to_dict() | {"coverage_after": after.to_dict() if after else None}
+    save_step(out_dir, FIX, record)
+    return record
+
+
+def fixed_checkpoint(out_dir) -> str | None:
+    """Where step 04 wrote the fixed draft (None: it has not run)."""
+    record = load_step(out_dir, FIX)
+    return record["dst"] if record else None

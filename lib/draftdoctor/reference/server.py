@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from datetime import datetime
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
