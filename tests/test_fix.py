@@ -388,14 +388,14 @@ def test_destination_inside_source_or_holding_it_is_refused(draft, tmp_path):
 def test_existing_destination_needs_force_and_is_replaced_only_after_verification(draft, tmp_path, monkeypatch):
     src = draft("speculators")
     dst = tmp_path / "out"
-    dst.mkdir()
-    (dst / "config.json").write_text("{}")
+    assert apply_fix(plan_fix(src, "vllm"), dst).ok  # an earlier fix's output: --force may replace it
+    before = (dst / "config.json").read_text()
     code, _, err = run("fix", src, "--engine", "sglang==0.5.10", "--out", dst)
     one_line_error(code, err, "already exists", "--force")
     # a verification failure leaves the old DST as it was
     monkeypatch.setattr(fixmod, "_verify", lambda *a: fixmod.Verification(1, 0, ["x"], [], None))
     result = apply_fix(plan_fix(src, "sglang==0.5.10"), dst, force=True)
-    assert not result.ok and (dst / "config.json").read_text() == "{}" and not leftovers(tmp_path)
+    assert not result.ok and (dst / "config.json").read_text() == before and not leftovers(tmp_path)
     monkeypatch.undo()
     result = apply_fix(plan_fix(src, "sglang==0.5.10"), dst, force=True)
     assert result.ok and json.loads((dst / "config.json").read_text())["model_type"] == "llama"

@@ -41,6 +41,9 @@ from .errors import UserError
 from . import rewriter
 from .rewriter import RewriteError, WrittenTensor
 
+MARKER = ".draftdoctor-fix.json"  # in every folder fix writes: the files it wrote, so --force replaces only those
+
+
 class FixError(UserError):
     """Why `fix` cannot proceed: unusable input, an unsafe destination, or a plan that cannot work."""
 
@@ -163,7 +166,10 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
     for entry in sorted(ckpt.folder.iterdir()):
         if entry.name in own:
             continue
-        if entry.is_dir():
+        if entry.is_symlink() and not _hf_cache_blob(ckpt.folder, entry):
+            out.append(FileCopy(entry.name, False, "a symbolic link; not copied (fix copies only files inside the "
+                                                   "checkpoint folder, or a Hugging Face cache's blobs)"))
+        elif entry.is_dir():
             out.append(FileCopy(entry.name, False, "sub-folder; not copied"))
         elif entry.name.endswith((".safetensors", ".safetensors.index.json")):
             out.append(FileCopy(entry.name, False, "weights outside this checkpoint; not copied"))
@@ -171,7 +177,16 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
             out.append(FileCopy(entry.name, False, "pickled weights under the old names; not copied"))
         elif entry.is_file():
             out.append(FileCopy(entry.name, True, "copied unchanged"))
+        else:
+            out.append(FileCopy(entry.name, False, "not a regular file; not copied"))
     return out
+
+
+def _hf_cache_blob(folder: Path, link: Path) -> bool:
+    """Whether `link`, in a Hugging Face cache snapshot (`<repo>/snapshots/<rev>/`), points at a file
+    of that repository's `blobs/`, as every file of a snapshot does."""
+    blobs = folder.parent.parent / "blobs"
+    return folder.parent.name == "snapshots" and link.resolve().parent == blobs.resolve() and link.resolve().is_file()
 
 
 def plan_fix(src, engine) -> FixPlan:
@@ -316,20 +331,33 @@ def check_destination(plan: FixPlan, dst: Path, force: bool) -> None:
         raise FixError(f"{dst}: contains the source checkpoint {plan.checkpoint.folder}; choose another --out")
     if not target.parent.is_dir():
         raise FixError(f"{dst}: parent {dst.parent} is not an existing folder")
+    for path in [s.path for s in plan.checkpoint.shards] + [plan.checkpoint.folder / f.name for f in plan.files if f.copy]:
+        if path.resolve().is_relative_to(target):
+            raise FixError(f"{path}: resolves to a file inside {dst}, which fix would replace; choose another --out")
     if os.path.lexists(dst):
         if not force:
             raise FixError(f"{dst}: already exists; pass --force to replace it (after the new one is verified)")
-        if not dst.is_dir() or dst.is_symlink() or not _replaceable(dst):
-            raise FixError(f"{dst}: --force replaces only an empty folder or a checkpoint folder (config.json, "
-                           "*.safetensors and companion files, no sub-folders); this is not one")
+        _check_replaceable(dst)
 
 
-def _replaceable(folder: Path) -> bool:
-    entries = list(folder.iterdir())
-    return not entries or (
-        not any(e.is_dir() for e in entries)
-        and any(e.name == CONFIG_NAME or e.name.endswith(".safetensors") for e in entries)
-    )
+def _check_replaceable(dst: Path) -> None:
+    """--force replaces an empty folder, or one `fix` wrote (its MARKER lists every file) holding
+    nothing else; anything else stands in the way and is named."""
+    if not dst.is_dir() or dst.is_symlink():
+        raise FixError(f"{dst}: --force replaces only an empty folder or one draftdoctor fix wrote; this is not a folder")
+    entries = sorted(os.listdir(dst))
+    if not entries:
+        return
+    try:
+        written = set(json.loads((dst / MARKER).read_text())["files"]) if not (dst / MARKER).is_symlink() else set()
+    except (OSError, ValueError, KeyError, TypeError):
+        written = set()
+    foreign = [e for e in entries if e != MARKER and (e not in written or not (dst / e).is_file() or (dst / e).is_symlink())]
+    if foreign or not written:
+        named = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FixError(f"{dst}: --force replaces only an empty folder or one draftdoctor fix wrote; "
+                       + (f"{named} {'was' if len(foreign) == 1 else 'were'} not written by it" if written
+                          else f"it holds {named}, and no {MARKER} says fix wrote them"))
 
 
 def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False, progress=None) -> FixResult:
@@ -363,12 +391,20 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         (tmp / CONFIG_NAME).write_text(json.dumps(plan.config.config, indent=2) + "\n", encoding="utf-8")
         copied = [f for f in plan.files if f.copy]
         for f in copied:
-            shutil.copyfile(plan.checkpoint.folder / f.name, tmp / f.name)
+            source = plan.checkpoint.folder / f.name
+            if source.is_symlink() and _hf_cache_blob(plan.checkpoint.folder, source):
+                source = source.resolve()
+            rewriter.copy_regular_file(source, tmp / f.name)
+        files = sorted(os.listdir(tmp))
+        (tmp / MARKER).write_text(json.dumps({"written_by": "draftdoctor fix", "engine": plan.engine.spec,
+                                              "files": files}, indent=1) + "\n", encoding="utf-8")
         verification = _verify(plan, tmp, planned, mismatched)
         result = FixResult(plan, dst, False, len(plan.renamed), sum(len(p) for p in planned), len(plan.omitted),
                            sum(t.nbytes for p in planned for t in p), len(copied), 0.0, copier.method, verification)
         if verification.ok:
-            rewriter.put_in_place(tmp, dst)
+            if force and os.path.lexists(dst):
+                _check_replaceable(dst)  # again: it may have changed while this run wrote
+            rewriter.put_in_place(tmp, dst, replace=force)
             result.written = True
             verification.coverage.path = str(dst)
         else:

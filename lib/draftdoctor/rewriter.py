@@ -234,16 +234,70 @@ def sweep_killed_runs(dst: Path) -> None:
             pass
 
 
-def put_in_place(tmp: Path, dst: Path) -> None:
-    """Rename the verified folder to DST; an old DST (--force) is removed only once the new one is there."""
-    if not os.path.lexists(dst):
-        os.rename(tmp, dst)
-        return
-    old = new_folder(dst.parent, f"{temp_base(dst)}old-")
-    os.rename(dst, old / dst.name)
+def put_in_place(tmp: Path, dst: Path, replace: bool = False) -> None:
+    """Rename the finished folder to DST with the permissions a new folder gets (as `mkdir` under the
+    umask); never over something else: with `replace` the old DST is moved aside first and removed
+    only once the new one is in place. Whatever appears at DST meanwhile (another run, a user) is
+    left alone: RewriteError."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    old = None
+    if replace and os.path.lexists(dst):
+        old = new_folder(dst.parent, f"{temp_base(dst)}old-")
+        os.rename(dst, old / dst.name)
     try:
-        os.rename(tmp, dst)
+        rename_noreplace(tmp, dst)
     except BaseException:
-        os.rename(old / dst.name, dst)
+        if old is not None:
+            rename_noreplace(old / dst.name, dst)
+            shutil.rmtree(old, ignore_errors=True)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+_RENAME_NOREPLACE, _AT_FDCWD = 1, -100
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename that fails, atomically, when DST exists (Linux renameat2 RENAME_NOREPLACE; elsewhere,
+    or on a file system without it, a check just before the rename)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.renameat2
+    except (OSError, AttributeError):
+        call = None
+    if call is not None:
+        if call(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise RewriteError(f"{dst}: appeared while this run wrote its output (another run, or a user?); "
+                               "left as it is, and nothing was put in its place")
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(dst))
+    if os.path.lexists(dst):
+        raise RewriteError(f"{dst}: appeared while this run wrote its output (another run, or a user?); "
+                           "left as it is, and nothing was put in its place")
+    os.rename(src, dst)
+
+
+def copy_regular_file(src: Path, dst: Path) -> None:
+    """Copy a regular file without following a link at `src` (one swapped in since it was planned is
+    refused, not followed)."""
+    import stat
+
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RewriteError(f"{src}: became a symbolic link since the plan; not followed") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RewriteError(f"{src}: not a regular file; not copied")
+        with open(dst, "xb") as out:
+            shutil.copyfileobj(f, out)
