@@ -13,9 +13,11 @@ shard headers, and tensors in shards that the index does not list. Every problem
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
+import stat
 import struct
 from collections import namedtuple
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ from .errors import UserError
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"
 MAX_HEADER_BYTES = 100_000_000  # the reference reader's limit
+MAX_JSON_BYTES = 16 << 20  # config.json, an index, --params: far above any real one, far below a memory's worth
 PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
 
 # Bits per element: sub-byte float formats are packed.
@@ -136,11 +139,49 @@ def _reject_duplicates(path):
     return hook
 
 
+def open_regular(path: Path):
+    """`path` opened for reading if it is a regular file: a FIFO, device or socket is refused, never
+    waited on (opened non-blocking, checked, then read as usual)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        raise CheckpointError(path, "not a regular file (a FIFO, device or socket?)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_json_file(path: Path, object_pairs_hook=None):
+    """The JSON value in a small regular file, or CheckpointError naming the file and the problem
+    (too large, not UTF-8, not JSON, nested or numbered past what the parser takes)."""
+    try:
+        with open_regular(path) as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise CheckpointError(path, "no such file") from None
+    except IsADirectoryError:
+        raise CheckpointError(path, "is a directory, expected a JSON file") from None
+    except OSError as e:
+        raise CheckpointError(path, e.strerror or str(e)) from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise CheckpointError(path, f"larger than {MAX_JSON_BYTES >> 20} MB; not a config")
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=object_pairs_hook)
+    except UnicodeDecodeError as e:
+        raise CheckpointError(path, f"not valid UTF-8 (byte {e.start})") from None
+    except RecursionError:
+        raise CheckpointError(path, "not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # JSONDecodeError, and integers of more than 4300 digits
+        raise CheckpointError(path, f"not valid JSON ({e})") from None
+
+
 def read_header(path: Path) -> ShardHeader:
     """Read and validate one safetensors file's header without touching its data."""
     path = path if isinstance(path, Path) else Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             file_size = os.fstat(f.fileno()).st_size
             if file_size < 8:
                 raise CheckpointError(path, f"file is {file_size} bytes, too short for a safetensors header")
@@ -162,7 +203,7 @@ def read_header(path: Path) -> ShardHeader:
         raise CheckpointError(path, f"header is not valid UTF-8 (byte {e.start})") from None
     try:
         header = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # ValueError: also integers of more than 4300 digits
         raise CheckpointError(path, f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(path, "header is not a JSON object")
@@ -289,12 +330,9 @@ def encode_header(entries, metadata: dict | None = None, page_offset_of: int | N
 def read_config(folder: Path) -> dict | None:
     """config.json of a checkpoint folder, or None when there is none."""
     path = Path(folder) / CONFIG_NAME
-    if not path.is_file():
+    if not os.path.exists(path):  # a FIFO or folder named config.json is an error, not "no config"
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(path, f"not valid JSON ({e})") from None
+    config = read_json_file(path)
     if not isinstance(config, dict):
         raise CheckpointError(path, "config is not a JSON object")
     return config
@@ -336,12 +374,7 @@ _PICKLE_HELP = (
 
 def _resolve_index(index_path: Path) -> tuple[dict[str, Path], dict, Path]:
     folder = index_path.parent
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"), object_pairs_hook=_reject_duplicates(index_path))
-    except CheckpointError:
-        raise
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(index_path, f"not valid JSON ({e})") from None
+    index = read_json_file(index_path, object_pairs_hook=_reject_duplicates(index_path))
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise CheckpointError(index_path, "no weight_map object mapping tensor names to file names")

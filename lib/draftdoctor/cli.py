@@ -239,6 +239,10 @@ def cmd_serve(args, out) -> int:
 
     from .serving.launcher import serve
 
+    from pathlib import Path
+
+    if Path(args.log).is_dir():
+        raise _UsageError(f"--log {args.log}: is a folder; give a file name")
     config = _serve_config(args)
     engine, label = _serving_engine(args)
     sys.stderr.write(f"starting {label}; log: {args.log}\n")
@@ -256,11 +260,16 @@ def cmd_serve(args, out) -> int:
 
 
 def _draft_pairs(values) -> list[tuple[str, str]]:
+    from .runs import safe_name
+
     pairs = []
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise _UsageError(f"--draft expects NAME=PATH, got {value!r}")
+        if not safe_name(name):
+            raise _UsageError(f"--draft NAME {name!r} must be a plain file name (letters, digits, . _ -; not . or ..): "
+                              "it names the server log under --out")
         pairs.append((name, path))
     if len({n for n, _ in pairs}) != len(pairs):
         raise _UsageError("--draft names must differ")
@@ -311,6 +320,42 @@ def cmd_investigate(args, out) -> int:
     return EXIT_FINDINGS if any(r.error for r in results) else EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1e7:
+        raise ValueError(text)
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise ValueError(text)
+    return value
+
+
+def _host(text: str) -> str:
+    import socket
+
+    try:
+        socket.getaddrinfo(text, None)
+    except (socket.gaierror, UnicodeError):
+        raise argparse.ArgumentTypeError(f"cannot resolve host {text!r}") from None
+    return text
+
+
+for _type, _name in ((_positive_int, "whole number (>= 1)"), (_positive_seconds, "seconds (> 0)"),
+                     (_port, "port (1-65535)")):
+    _type.__name__ = _name  # argparse names the type in its one-line error: "invalid <name> value"
+
+
 def _add_serving_arguments(p) -> None:
     p.add_argument("--backend", choices=["reference", "sglang"], default="reference",
                    help="reference: CPU EAGLE-3 server emulating an SGLang release; sglang: the real "
@@ -319,9 +364,9 @@ def _add_serving_arguments(p) -> None:
                                     "use (sglang; default: the installed release)")
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
                    help="reference backend: how the emulated release's loader is reproduced")
-    p.add_argument("--num-steps", type=int, default=4, help="--speculative-num-steps")
-    p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for readiness")
-    p.add_argument("--hang-timeout", type=float, default=300.0,
+    p.add_argument("--num-steps", type=_positive_int, default=4, help="--speculative-num-steps")
+    p.add_argument("--ready-timeout", type=_positive_seconds, default=900.0, help="seconds to wait for readiness")
+    p.add_argument("--hang-timeout", type=_positive_seconds, default=300.0,
                    help="seconds without log output during start-up that count as a hang")
     p.add_argument("extra", nargs=argparse.REMAINDER,
                    help="after --: SGLang flags passed through unchanged (e.g. -- --tp-size 8 --enable-metrics)")
@@ -357,10 +402,10 @@ def _serve_arguments(p) -> None:
     p.add_argument("--model-path", dest="target", required=True, help="the target model")
     p.add_argument("--speculative-draft-model-path", dest="draft", required=True, help="the draft")
     p.add_argument("--speculative-algorithm", default="EAGLE3")
-    p.add_argument("--speculative-eagle-topk", dest="topk", type=int, default=1)
-    p.add_argument("--speculative-num-draft-tokens", dest="num_draft_tokens", type=int, default=None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=None, help="default: a free port")
+    p.add_argument("--speculative-eagle-topk", dest="topk", type=_positive_int, default=1)
+    p.add_argument("--speculative-num-draft-tokens", dest="num_draft_tokens", type=_positive_int, default=None)
+    p.add_argument("--host", type=_host, default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=None, help="default: a free port")
     for flag in ("--tp-size", "--dp-size", "--nnodes", "--node-rank"):
         p.add_argument(flag, type=int, default=None, help="passed to SGLang")
     p.add_argument("--dist-init-addr", default=None, help="passed to SGLang")
@@ -374,9 +419,9 @@ def _bench_arguments(p) -> None:
     p.add_argument("--draft", action="append", required=True, metavar="NAME=PATH", help="a draft to measure (repeat)")
     p.add_argument("--out", required=True, help="folder for results.json, charts and server logs")
     p.add_argument("--prompts", default="data/demo/prompts.jsonl", help=".jsonl ({\"prompt\": ...}) or text lines")
-    p.add_argument("--num-prompts", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--num-prompts", type=_positive_int, default=None)
+    p.add_argument("--max-new-tokens", type=_positive_int, default=48)
+    p.add_argument("--concurrency", type=_positive_int, default=1)
     _add_serving_arguments(p)
 
 

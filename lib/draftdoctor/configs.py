@@ -37,6 +37,34 @@ def layer_config(config: dict) -> dict:
     return config
 
 
+class ConfigValueError(ValueError):
+    """A config field that is present but cannot be a draft's (a count that is not a positive whole
+    number, aux ids that are not layer numbers, an eagle_config that is not an object)."""
+
+
+MAX_DIM = 1 << 24  # no draft dimension comes near this (Kimi-K2: hidden 7168, vocab 163840)
+
+
+def _count(value, name: str, maximum: int = MAX_DIM) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not 0 < value <= maximum \
+            or int(value) != value:
+        raise ConfigValueError(f"{name} must be a whole number from 1 to {maximum}, not {value!r}"[:200])
+    return int(value)
+
+
+def _check_shape(config: dict, layer: dict) -> None:
+    eagle = config.get("eagle_config")
+    if eagle is not None and not isinstance(eagle, dict):
+        raise ConfigValueError(f"eagle_config must be an object, not {type(eagle).__name__}")
+    if not isinstance(layer, dict):
+        raise ConfigValueError("transformer_layer_config must be an object")
+    for holder, where in ((config, "eagle_aux_hidden_state_layer_ids"), (eagle or {}, "eagle_config.eagle_aux_hidden_state_layer_ids")):
+        ids = holder.get(auxids.KEY)
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                                   and -1 <= i < MAX_DIM for i in ids)):
+            raise ConfigValueError(f"{where} must be a list of layer numbers, not {json.dumps(ids)[:80]}")
+
+
 @dataclass(frozen=True)
 class DraftDims:
     """The dimensions and options an engine builds a draft's parameters from."""
@@ -69,8 +97,15 @@ class DraftDims:
 
     @classmethod
     def from_config(cls, config: dict) -> "DraftDims":
-        """Read the dims from a flat or speculators config; KeyError/TypeError if a field is missing."""
+        """Read the dims from a flat or speculators config; KeyError if a field is missing,
+        ConfigValueError if one is there but impossible."""
         layer = layer_config(config)
+        _check_shape(config, layer)
+        for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+                     "vocab_size", "draft_vocab_size", "target_hidden_size", "num_hidden_layers", "num_aux_hidden_states"):
+            for holder in (layer, config):
+                if holder.get(name) is not None:
+                    _count(holder[name], name)
         hidden = int(layer["hidden_size"])
         heads = int(layer["num_attention_heads"])
         ids, ids_at = auxids.find(config)

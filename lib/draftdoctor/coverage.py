@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
-from .configs import FLAT, MISSING, DraftDims, config_format
+from .configs import FLAT, MISSING, ConfigValueError, DraftDims, config_format
 from .engines import (CRASH, STACKED, WARN, ParamSpec, Profile, from_target, identity_by_default, parameters,
                       resolve_engine)
 from .layouts import Layout, detect_layout, is_training_only
@@ -248,6 +248,8 @@ def draft_dims(checkpoint: Checkpoint) -> DraftDims:
     if checkpoint.config is not None:
         try:
             return DraftDims.from_config(checkpoint.config)
+        except ConfigValueError as e:
+            raise CheckpointError(checkpoint.config_path, str(e)) from None
         except (KeyError, TypeError, ValueError):
             pass
     return dims_from_tensors(checkpoint)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .runs import fixed_checkpoint
+from .runs import fixed_checkpoint, safe_name
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
@@ -47,13 +47,23 @@ def load_params(path) -> list[dict]:
     """The runs a parameters file (YAML or JSON) asks for: one per checkpoint, each named."""
     import yaml
 
+    from .checkpoint import MAX_JSON_BYTES, CheckpointError, open_regular
+
     path = Path(path)
     try:
-        params = yaml.safe_load(path.read_text())
+        with open_regular(path) as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise ParamsError(f"{path}: larger than {MAX_JSON_BYTES >> 20} MB; not a parameters file")
+        params = yaml.safe_load(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such file") from None
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML ({e})") from None
+    except (IsADirectoryError, CheckpointError):
+        raise ParamsError(f"{path}: not a regular file") from None
+    except UnicodeDecodeError as e:
+        raise ParamsError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+    except (yaml.YAMLError, RecursionError, ValueError) as e:
+        raise ParamsError(f"{path}: not valid YAML ({str(e)[:200]})") from None
     if not isinstance(params, dict):
         raise ParamsError(f"{path}: expected a mapping of parameter names to values")
     base = path.parent
@@ -74,6 +84,9 @@ def load_params(path) -> list[dict]:
             if isinstance(run.get(key), str) and run[key] and not Path(run[key]).is_absolute():
                 run[key] = str((base / run[key]).resolve())
         run.setdefault("name", Path(run["checkpoint"]).name)
+        if not safe_name(run["name"]):
+            raise ParamsError(f"{path}: run name {run['name']!r} must be a plain folder name "
+                              "(letters, digits, . _ -; not . or ..): runs are written under --out")
         runs.append(run)
     names = [r["name"] for r in runs]
     if len(set(names)) != len(names):

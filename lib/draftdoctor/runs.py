@@ -8,9 +8,15 @@ The bench step (05) writes `results.json` itself (`serving.bench.write_results`)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 KEYS, NAMES, COVERAGE, FIX, RESULTS = "keys", "names", "coverage", "fix", "results"  # the files' names
+
+
+def safe_name(name) -> bool:
+    """Whether `name` can name a file or folder inside an output folder without leaving it."""
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name) is not None and name not in (".", "..")
 
 
 def save_step(out_dir, name: str, data: dict) -> Path:

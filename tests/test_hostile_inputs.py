@@ -1,0 +1,113 @@
+"""Hostile and careless inputs (issue 17): each gets one line naming the file or argument and the
+problem, exit 2; nothing hangs, nothing prints a traceback, nothing outside the test's folder changes.
+
+The inputs are made in the test (special files, large or deep JSON), one class each of: special
+files where a file is expected, hostile JSON and YAML, impossible config values, bad command-line
+values, names used as paths.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from draftdoctor.synth import write_draft
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+def edit_config(folder: Path, change) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    change(config)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def layer(key, value):
+    return lambda c: c["transformer_layer_config"].__setitem__(key, value)
+
+
+def build(kind: str, root: Path) -> tuple[list, str]:
+    """(CLI arguments, a text the one error line must contain) for attack `kind`, made under `root`."""
+    good = write_draft(root / "draft", layout="speculators")
+    if kind == "fifo-weights":
+        folder = root / "fifo"
+        folder.mkdir()
+        os.mkfifo(folder / "model.safetensors")
+        return ["check", folder, "--engine", "sglang==0.5.10"], "not a regular file"
+    if kind == "fifo-config":
+        os.remove(good / "config.json")
+        os.mkfifo(good / "config.json")
+        return ["inspect", good], "config.json"
+    if kind == "fifo-index":
+        shutil.rmtree(good)
+        good = write_draft(root / "draft", layout="speculators", shards=2)
+        os.remove(good / "model.safetensors.index.json")
+        os.mkfifo(good / "model.safetensors.index.json")
+        return ["inspect", good], "not a regular file"
+    if kind == "huge-integer":
+        (good / "config.json").write_text('{"hidden_size": ' + "9" * 5000 + "}")
+        return ["check", good, "--engine", "sglang==0.5.10"], "config.json: not valid JSON"
+    if kind == "deep-nesting":
+        (good / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+        return ["check", good, "--engine", "vllm"], "nested too deeply"
+    if kind == "huge-config":
+        with open(good / "config.json", "wb") as f:
+            f.truncate(64 << 20)  # sparse: no disk
+        return ["check", good, "--engine", "vllm"], "larger than"
+    if kind == "params-dev-zero":
+        return ["investigate", "--params", "/dev/zero", "--out", root / "run"], "not a regular file"
+    if kind == "deep-params":
+        (root / "p.yaml").write_text("[" * 100_000)
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "p.yaml"
+    if kind == "zero-heads":
+        edit_config(good, layer("num_attention_heads", 0))
+        return ["check", good, "--engine", "sglang==0.5.10"], "num_attention_heads must be"
+    if kind == "infinite-hidden":
+        (good / "config.json").write_text((good / "config.json").read_text().replace('"hidden_size": 64', '"hidden_size": 1e999'))
+        return ["check", good, "--engine", "sglang==0.5.10"], "hidden_size must be"
+    if kind == "string-aux-ids":
+        edit_config(good, lambda c: c.__setitem__("eagle_aux_hidden_state_layer_ids", ["a", "b", "c"]))
+        return ["check", good, "--engine", "sglang==0.5.10", "--target", DEMO / "target"], "layer numbers"
+    if kind == "eagle-config-list":
+        edit_config(good, lambda c: c.__setitem__("eagle_config", [1, 2]))
+        return ["check", good, "--engine", "vllm"], "eagle_config must be an object"
+    if kind == "port-out-of-range":
+        return ["serve", "--model-path", DEMO / "target", "--speculative-draft-model-path", good, "--port", "99999"], "--port"
+    if kind == "unresolvable-host":
+        return ["serve", "--model-path", DEMO / "target", "--speculative-draft-model-path", good,
+                "--host", "no-such-host.invalid"], "cannot resolve host"
+    if kind == "log-is-a-folder":
+        return ["serve", "--model-path", DEMO / "target", "--speculative-draft-model-path", good, "--log", root], "is a folder"
+    if kind == "zero-steps":
+        return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--num-steps", "0"], \
+            "--num-steps"
+    if kind == "run-name-escapes":
+        (root / "p.yaml").write_text(f"checkpoint: {good}\nname: ../../escaped\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "run name"
+    if kind == "draft-name-escapes":
+        return ["bench", "--target", DEMO / "target", "--draft", f"../../escaped={good}", "--out", root / "b"], "--draft NAME"
+    raise AssertionError(kind)
+
+
+KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nesting", "huge-config", "params-dev-zero",
+         "deep-params", "zero-heads", "infinite-hidden", "string-aux-ids", "eagle-config-list", "port-out-of-range",
+         "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hostile_input_gets_one_line_and_exit_2(kind, tmp_path):
+    root = tmp_path / "work"
+    root.mkdir()
+    args, expected = build(kind, root)
+    outside_before = sorted(os.listdir(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and expected in lines[0], lines
+    assert sorted(os.listdir(tmp_path)) == outside_before  # nothing written beside the test's folder
+    assert not list(tmp_path.parent.glob("escaped*"))
