@@ -458,17 +458,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C, so every server started is stopped on the way out."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated(signum)
+
+
 def main(argv=None) -> int:
+    import signal
+
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+    if args.run in (cmd_serve, cmd_bench, cmd_investigate):  # commands that start servers or kernels
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _terminate)
     try:
         return args.run(args, sys.stdout)
     except UserError as e:
         sys.stderr.write(f"draftdoctor: error: {e}\n")
         return EXIT_UNUSABLE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         sys.stderr.write("draftdoctor: interrupted (anything half-written was removed)\n")
-        return 130
+        return 128 + e.args[0] if isinstance(e, _Terminated) else 130
     except BrokenPipeError:
         return EXIT_OK
 

@@ -1,0 +1,49 @@
+"""SIGTERM or SIGHUP to a command that started a server (timeout(1), a closed terminal, a job system)
+stops the server too: no orphan keeps its port or its memory."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+def processes_with(text: str) -> list[int]:
+    """Pids whose command line contains `text`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_serve_stops_its_server(tmp_path, signum):
+    proc = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "serve", "--model-path", DEMO / "target",
+                             "--speculative-draft-model-path", DEMO / "draft-story", "--log", tmp_path / "s.log"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        port = re.search(r"ready at http://127\.0\.0\.1:(\d+)", line)
+        assert port, line + proc.stderr.read()
+        marker = f"--port {port.group(1)}"
+        assert processes_with(marker), "the server runs"
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == 128 + signum
+        deadline = time.monotonic() + 10
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_with(marker) == []
+    finally:
+        proc.kill()
+        proc.wait()
