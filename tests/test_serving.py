@@ -87,6 +87,10 @@ def test_bench_client_measures_acceptance_from_three_sources(server):
     (b'{"text": "a", "sampling_params": {"max_new_tokens": -3}}', 400),
     (b'{"text": "a", "sampling_params": {"temperature": 0.7}}', 400),
     (b'[1, 2]', 400),
+    (b"[" * 100_000, 400),  # nesting past the parser
+    (b'{"text": "a", "x": ' + b"9" * 5000 + b"}", 400),  # an integer past the parser
+    (b'{"text": "' + b"a" * 500_000 + b'", "sampling_params": {"max_new_tokens": 4}}', 400),  # past the context
+    (b'{"text": "a", "sampling_params": {"max_new_tokens": 4000}}', 400),  # the same, by its output
 ])
 def test_malformed_requests_get_4xx_and_the_server_keeps_serving(server, body, status):
     request = urllib.request.Request(server.base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
@@ -102,6 +106,14 @@ def test_oversized_request_gets_413(server):
         s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 50000000\r\n\r\n{")
         assert b" 413 " in s.recv(4096).split(b"\r\n")[0] + b" "
+    assert generate(server.base_url, PROMPTS[1], max_new_tokens=4).completion_tokens >= 1
+
+
+def test_negative_content_length_is_refused(server):
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: -300000000\r\n\r\n{")
+        assert b" 400 " in s.recv(4096).split(b"\r\n")[0] + b" "
     assert generate(server.base_url, PROMPTS[1], max_new_tokens=4).completion_tokens >= 1
 
 
@@ -173,3 +185,10 @@ def test_reference_command_takes_sglang_flags():
                           loader="replay", python="python")
     assert argv[:3] == ["python", "-m", "draftdoctor.reference.server"]
     assert "--speculative-draft-model-path" in argv and argv[-4:] == ["--engine", "sglang==0.5.10", "--loader", "replay"]
+
+
+def test_reference_server_refuses_zero_steps():
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.reference.server", "--model-path", str(DEMO / "target"),
+                           "--speculative-draft-model-path", str(DEMO / "draft-story"), "--speculative-num-steps", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "at least 1" in proc.stdout  # its log, as SGLang logs to stdout

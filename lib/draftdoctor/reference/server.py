@@ -54,6 +54,7 @@ class ReferenceEngine:
         self.target = TargetModel.from_dir(args.model_path)
         self.tokenizer = Tokenizer.from_file(str(Path(args.model_path) / "tokenizer.json"))
         self.eos = self.target.config.get("eos_token_id")
+        self.context = int(self.target.config.get("max_position_embeddings") or 2048)
         self.loaded = load_for_engine(args.speculative_draft_model_path, self.emulated, self.target, loader=args.loader)
         self.lock = threading.Lock()
         self.num_steps = args.speculative_num_steps
@@ -61,6 +62,17 @@ class ReferenceEngine:
         self.total_verify = self.total_accepted = 0  # cumulative, for /server_info
         self.window_verify = self.window_accepted = self.window_tokens = 0  # since the last log line
         self.window_start = time.perf_counter()
+
+    def length_problem(self, prompt: str, max_new_tokens: int) -> str | None:
+        """Why a request cannot run within the target's context (None: it can). Bounds every request's
+        work, so one long prompt cannot hold the engine (one request at a time) for minutes."""
+        if len(prompt) > 64 * self.context:  # over 64 characters a token: too long before tokenizing
+            return f"prompt of {len(prompt)} characters exceeds the context of {self.context} tokens"
+        tokens = len(self.tokenizer.encode(prompt).ids)
+        if tokens + max_new_tokens > self.context:
+            return (f"prompt of {tokens} tokens plus max_new_tokens {max_new_tokens} exceeds the context of "
+                    f"{self.context} tokens")
+        return None
 
     def generate(self, prompt: str, max_new_tokens: int) -> dict:
         from .engine import speculative_generate
@@ -115,6 +127,7 @@ def _histogram(result) -> list[int]:
 
 
 class Handler(BaseHTTPRequestHandler):
+    timeout = 60  # seconds a client may take to send its request: a stalled one does not hold a thread
     engine: ReferenceEngine  # set on the subclass built in main()
     protocol_version = "HTTP/1.1"
 
@@ -155,16 +168,22 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._error(400, "bad Content-Length")
             return
+        if length < 0:
+            self.close_connection = True
+            self._error(400, "negative Content-Length")
+            return
         if length > MAX_BODY:
             self.close_connection = True
             self._error(413, f"request body over {MAX_BODY} bytes")
             return
         try:
             request = json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # bad JSON or UTF-8, huge integers, deep nesting
             self._error(400, "request body is not valid JSON")
             return
         problem, prompt, max_new = _parse_generate(request)
+        if not problem:
+            problem = self.engine.length_problem(prompt, max_new)
         if problem:
             self._error(400, problem)
             return
@@ -207,6 +226,9 @@ def main(argv=None) -> int:
     log(f"draftdoctor {BACKEND}: emulating {args.engine} with the {args.loader} loader (not SGLang itself)")
     if ignored:
         log(f"ignored by the reference backend (no GPU, one process): {' '.join(ignored)}")
+    if args.speculative_num_steps < 1:
+        log("error: --speculative-num-steps must be at least 1")
+        return 2
     if args.speculative_num_draft_tokens is None:
         args.speculative_num_draft_tokens = args.speculative_num_steps + 1
     if args.speculative_algorithm.upper() != "EAGLE3":
