@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import threading
@@ -192,3 +193,29 @@ def test_reference_server_refuses_zero_steps():
                            "--speculative-draft-model-path", str(DEMO / "draft-story"), "--speculative-num-steps", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "at least 1" in proc.stdout  # its log, as SGLang logs to stdout
+
+
+def test_a_server_that_dies_midway_is_named_with_its_log_and_earlier_drafts_are_kept(fixed_draft, tmp_path):
+    from draftdoctor.serving.bench import BenchFailed
+
+    doomed = tmp_path / "doomed"
+    shutil.copytree(fixed_draft, doomed)
+
+    def kill_the_second_server(message):
+        if message.startswith("after: 1/"):
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"draftdoctor.reference.server" in cmdline and str(doomed).encode() in cmdline:
+                    os.kill(int(pid), signal.SIGKILL)
+
+    with pytest.raises(BenchFailed) as e:
+        bench_drafts("reference", str(DEMO / "target"), [("before", str(fixed_draft)), ("after", str(doomed))],
+                     tmp_path / "out", PROMPTS[:4], engine="sglang==0.5.10", max_new_tokens=8,
+                     progress=kill_the_second_server)
+    assert "after: the reference server exited with status" in str(e.value)
+    assert str(tmp_path / "out" / "server-after.log") in str(e.value)
+    kept = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [r["name"] for r in kept] == ["before"]

@@ -277,7 +277,7 @@ def _draft_pairs(values) -> list[tuple[str, str]]:
 
 
 def cmd_bench(args, out) -> int:
-    from .serving.bench import bench_drafts, load_prompts
+    from .serving.bench import BenchFailed, bench_drafts, load_prompts
 
     from pathlib import Path
 
@@ -291,10 +291,14 @@ def cmd_bench(args, out) -> int:
     def progress(message):
         sys.stderr.write(f"[{label}] {message}\n")
 
-    runs = bench_drafts(args.backend, args.target, drafts, args.out, prompts, engine=engine, loader=args.loader,
-                        num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                        extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
-                        ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    try:
+        runs = bench_drafts(args.backend, args.target, drafts, args.out, prompts, engine=engine, loader=args.loader,
+                            num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
+                            extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
+                            ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    except BenchFailed as e:
+        sys.stderr.write(f"draftdoctor: measurement failed: {e}\n")
+        return EXIT_FINDINGS
     _table([(r.result.name, f"{r.result.accept_length:.2f}", f"{r.result.accept_rate:.2f}",
              f"{r.result.tokens_per_s:.1f}", len(r.result.requests)) for r in runs],
            ["draft", "accept length", "strict accept rate", "tokens/s", "requests"], out)

@@ -14,11 +14,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .client import BenchResult, avg_spec_accept_length, run_bench
-from .launcher import ServeConfig, free_port, serve
+from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
+from .launcher import ServeConfig, free_port, serve, tail
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
 from ..errors import UserError
+
+
+class BenchFailed(RuntimeError):
+    """A measurement that failed midway (its server died or stopped answering): exit 1, not 2."""
 
 
 class BenchInputError(UserError, ValueError):
@@ -88,9 +92,18 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
         if progress:
             progress(f"{name}: starting the {backend} server")
         with serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs) as server:
-            result = run_bench(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
-                               concurrency=concurrency, num_draft_tokens=k,
-                               progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
+            try:
+                result = run_bench(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
+                                   concurrency=concurrency, num_draft_tokens=k,
+                                   progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
+            except ClientError as e:
+                write_results(out_dir, runs)  # the drafts measured before this one are kept
+                code = server.process.poll()
+                last = next((line for line in reversed(tail(log_path, offset=server.log_offset)) if line.strip()), "")
+                raise BenchFailed(f"{name}: the {backend} server " + (f"exited with status {code}" if code is not None
+                                  else "stopped answering") + f" while measured ({e}); its log {log_path} ends: "
+                                  f"{last[:200]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
+                                                     if runs else "")) from None
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),
                                    release=engine.release if engine else None, num_draft_tokens=k)
         runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),
