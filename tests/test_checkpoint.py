@@ -2,6 +2,7 @@
 
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,6 +116,33 @@ def test_symlinked_shard_leaving_folder_is_refused(draft):
     shard.symlink_to(moved)
     with pytest.raises(CheckpointError, match="outside the checkpoint folder"):
         open_checkpoint(folder)
+
+
+def hf_cache_snapshot(folder: Path) -> Path:
+    """`folder` laid out as the Hugging Face cache lays out a download: every file of the snapshot a
+    link to `../../blobs/<hash>`."""
+    repo = folder.parent / "models--org--draft"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    for i, item in enumerate(sorted(folder.iterdir())):
+        (repo / "blobs" / f"blob{i}").write_bytes(item.read_bytes())
+        (snapshot / item.name).symlink_to(Path("../../blobs") / f"blob{i}")
+    return snapshot
+
+
+def test_a_sharded_hugging_face_cache_snapshot_is_read(draft):
+    folder, _ = _sharded(draft)
+    snapshot = hf_cache_snapshot(folder)
+    assert open_checkpoint(snapshot).tensors.keys() == open_checkpoint(folder).tensors.keys()
+    # a link out of the snapshot to anything but its repository's blobs is still refused
+    shard = next(snapshot.glob("*.safetensors"))
+    elsewhere = snapshot.parent.parent.parent / "elsewhere.safetensors"
+    elsewhere.write_bytes(shard.read_bytes())
+    shard.unlink()
+    shard.symlink_to(elsewhere)
+    with pytest.raises(CheckpointError, match="outside the checkpoint folder"):
+        open_checkpoint(snapshot)
 
 
 def test_index_entry_absent_from_shard_header(draft):

@@ -372,6 +372,14 @@ _PICKLE_HELP = (
 )
 
 
+def in_hf_cache_blobs(folder: Path, path: Path) -> bool:
+    """Whether `path`, in a Hugging Face cache snapshot folder (`<repo>/snapshots/<rev>/`), is a link
+    to a file of that repository's `blobs/`, as every file of a snapshot is."""
+    blobs = folder.parent.parent / "blobs"
+    return (folder.parent.name == "snapshots" and path.is_symlink() and path.resolve().parent == blobs.resolve()
+            and path.resolve().is_file())
+
+
 def _resolve_index(index_path: Path) -> tuple[dict[str, Path], dict, Path]:
     folder = index_path.parent
     index = read_json_file(index_path, object_pairs_hook=_reject_duplicates(index_path))
@@ -382,7 +390,8 @@ def _resolve_index(index_path: Path) -> tuple[dict[str, Path], dict, Path]:
     files: dict[str, Path] = {}
     for name in dict.fromkeys(weight_map.values()):  # each file once, in index order
         candidate = folder / name
-        outside = os.path.isabs(name) or not candidate.resolve().is_relative_to(root)
+        outside = (os.path.isabs(name) or os.path.normpath(name).startswith("..")
+                   or not (candidate.resolve().is_relative_to(root) or in_hf_cache_blobs(folder, candidate)))
         if outside or not candidate.is_file():
             tensor = next(t for t, n in weight_map.items() if n == name)
             problem = "is outside the checkpoint folder" if outside else "does not exist"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
-                         TensorInfo, open_checkpoint)
+                         TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .coverage import CoverageReport, draft_dims, replay
 from .engines import Engine, parameters, resolve_engine
@@ -166,7 +166,7 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
     for entry in sorted(ckpt.folder.iterdir()):
         if entry.name in own:
             continue
-        if entry.is_symlink() and not _hf_cache_blob(ckpt.folder, entry):
+        if entry.is_symlink() and not in_hf_cache_blobs(ckpt.folder, entry):
             out.append(FileCopy(entry.name, False, "a symbolic link; not copied (fix copies only files inside the "
                                                    "checkpoint folder, or a Hugging Face cache's blobs)"))
         elif entry.is_dir():
@@ -181,12 +181,6 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
             out.append(FileCopy(entry.name, False, "not a regular file; not copied"))
     return out
 
-
-def _hf_cache_blob(folder: Path, link: Path) -> bool:
-    """Whether `link`, in a Hugging Face cache snapshot (`<repo>/snapshots/<rev>/`), points at a file
-    of that repository's `blobs/`, as every file of a snapshot does."""
-    blobs = folder.parent.parent / "blobs"
-    return folder.parent.name == "snapshots" and link.resolve().parent == blobs.resolve() and link.resolve().is_file()
 
 
 def plan_fix(src, engine) -> FixPlan:
@@ -392,7 +386,7 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         copied = [f for f in plan.files if f.copy]
         for f in copied:
             source = plan.checkpoint.folder / f.name
-            if source.is_symlink() and _hf_cache_blob(plan.checkpoint.folder, source):
+            if source.is_symlink() and in_hf_cache_blobs(plan.checkpoint.folder, source):
                 source = source.resolve()
             rewriter.copy_regular_file(source, tmp / f.name)
         files = sorted(os.listdir(tmp))
