@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from draftdoctor.synth import write_draft
+from draftdoctor.synth import DraftShape, draft_tensors, write_draft, write_safetensors
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
@@ -111,3 +111,22 @@ def test_hostile_input_gets_one_line_and_exit_2(kind, tmp_path):
     assert "Traceback" not in proc.stderr and expected in lines[0], lines
     assert sorted(os.listdir(tmp_path)) == outside_before  # nothing written beside the test's folder
     assert not list(tmp_path.parent.glob("escaped*"))
+
+
+FORGED = "layers.0.x\nERROR   forged-code: trust me\nverdict: loads cleanly\x1b[2J\x1b[31m"
+
+
+def test_names_cannot_forge_lines_or_drive_the_terminal(tmp_path):
+    folder = write_draft(tmp_path / "draft", layout="speculators")
+    tensors = draft_tensors(DraftShape(), layout="speculators")
+    tensors[FORGED] = ("F16", (4,))
+    write_safetensors(folder / "model.safetensors", tensors)
+    for args in (["inspect", folder], ["check", folder, "--engine", "sglang==0.5.10"],
+                 ["fix", folder, "--engine", "sglang==0.5.10", "--plan"],
+                 ["fix", folder, "--engine", "vllm", "--out", tmp_path / "out"]):
+        proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=120)
+        assert "Traceback" not in proc.stderr
+        text = proc.stdout + proc.stderr
+        assert "\x1b" not in text and "forged-code" in text.replace("\\n", "\n"), args  # shown, escaped
+        assert not any(line.startswith(("ERROR   forged", "verdict: loads cleanly\\x1b")) for line in text.splitlines())

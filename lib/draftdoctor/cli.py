@@ -26,10 +26,19 @@ def _table(rows, columns: list[str], out) -> None:
     _text_columns([list(map(str, column)) for column in zip(*rows)] or [[] for _ in columns], columns, out)
 
 
+def _safe(text) -> str:
+    """`text` with its control characters escaped (a newline as \\n, ESC as \\x1b, ...): a tensor
+    name, a path or a config value cannot forge an output line or drive the terminal."""
+    text = str(text)
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _text_columns(cells: list[list[str]], columns: list[str], out) -> None:
     """Columns of text cells, left-aligned under upper-case headers. Column by column, so that
     10^5 rows (inspect) take milliseconds, not tenths of a second."""
-    cells = [[header.upper(), *column] for header, column in zip(columns, cells)]
+    cells = [[header.upper(), *(column if " ".join(column).isprintable() else map(_safe, column))]
+             for header, column in zip(columns, cells)]
     padded = [list(map(str.ljust, column, repeat(max(map(len, column))))) for column in cells[:-1]]
     out.write("\n".join(map(str.rstrip, map("  ".join, zip(*padded, cells[-1])))) + "\n")
 
@@ -74,7 +83,7 @@ def _inspect(args, out) -> int:
         start = end
     _text_columns([names, dtypes, shape_cells, sizes, files], ["name", "dtype", "shape", "bytes", "file"], out)
     out.write(f"\n{len(shapes)} tensors, {human_bytes(ckpt.total_bytes)} in {len(ckpt.shards)} file(s)\n")
-    out.write(f"layout: {layout.name}\n" + "".join(f"  - {e}\n" for e in layout.evidence))
+    out.write(f"layout: {layout.name}\n" + "".join(f"  - {_safe(e)}\n" for e in layout.evidence))
     return EXIT_OK
 
 
@@ -103,7 +112,7 @@ def cmd_check(args, out) -> int:
         json.dump(report.to_dict(), out, indent=1)
         out.write("\n")
         return status
-    out.write(f"{report.engine} ({report.loader} loader) on {report.path}\n")
+    out.write(f"{report.engine} ({report.loader} loader) on {_safe(report.path)}\n")
     out.write(f"layout: {report.layout.name}; config: {report.config_format}\n\n")
     shapes = shape_texts([p.shape for p in report.params])
     _table([(p.name, p.status, shape, ", ".join(p.keys) or "-") for p, shape in zip(report.params, shapes)],
@@ -117,8 +126,8 @@ def cmd_check(args, out) -> int:
         _table([tuple(r.values()) for r in rows], list(rows[0]), out)
         out.write("\n")
     for f in report.findings:
-        out.write(f"{f.severity.upper():7} {f.code}: {f.message}\n")
-    out.write(f"\nverdict: {report.verdict}\n")
+        out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+    out.write(f"\nverdict: {_safe(report.verdict)}\n")
     return status
 
 
@@ -154,19 +163,19 @@ def cmd_fix(args, out) -> int:
         return status
     v = result.verification
     if result.ok:
-        out.write(f"wrote {result.dst} for {plan.engine}: {result.tensors_renamed} tensors renamed, "
+        out.write(f"wrote {_safe(result.dst)} for {plan.engine}: {result.tensors_renamed} tensors renamed, "
                   f"{result.tensors_copied} copied ({human_bytes(result.bytes_copied)}, {result.copy_method}), "
                   f"{len(plan.config.changes)} config changes, {result.files_copied} other files, "
                   f"{result.seconds:.2f} s\n")
         out.write(f"verified: headers re-read, {v.tensors_checked} tensors' bytes compared equal to the source, "
-                  f"{plan.engine} coverage: {v.coverage.verdict}\n")
+                  f"{plan.engine} coverage: {_safe(v.coverage.verdict)}\n")
         for f in plan.findings:
             if f.severity != "info":
-                out.write(f"{f.severity.upper():7} {f.code}: {f.message}\n")
+                out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
         return status
-    out.write(f"verification failed; nothing written to {result.dst}:\n")
+    out.write(f"verification failed; nothing written to {_safe(result.dst)}:\n")
     for problem in v.problems:
-        out.write(f"  {problem}\n")
+        out.write(f"  {_safe(problem)}\n")
     return status
 
 
@@ -174,23 +183,23 @@ PROGRESS_MIN_BYTES = 256 << 20
 
 
 def _print_plan(plan, out) -> None:
-    out.write(f"fix plan: {plan.src} for {plan.engine}\n")
+    out.write(f"fix plan: {_safe(plan.src)} for {plan.engine}\n")
     out.write(f"layout: {plan.layout.name}; rule: {plan.rule}\n\n")
     _table([(t.old, t.new if t.new is not None else "(left out)", t.reason) for t in plan.tensors],
            ["tensor", "becomes", "why"], out)
     out.write(f"\nconfig.json ({plan.config.format}):\n")
     for c in plan.config.changes:
         moved = f" (now {c.moved_to})" if c.moved_to else ""
-        out.write(f"  {c.field}: {_short(c.before)} -> {_short(c.after)}{moved}: {c.reason}\n")
+        out.write(_safe(f"  {c.field}: {_short(c.before)} -> {_short(c.after)}{moved}: {c.reason}") + "\n")
     if not plan.config.changes:
         out.write("  unchanged\n")
     for f in plan.files:
-        out.write(f"file {f.name}: {f.reason}\n")
+        out.write(f"file {_safe(f.name)}: {f.reason}\n")
     out.write(f"\n{len(plan.renamed)} renamed, {len(plan.tensors) - len(plan.renamed) - len(plan.omitted)} kept, "
               f"{len(plan.omitted)} left out; {plan.bytes_to_copy:,} bytes to copy\n")
     for f in plan.findings:
-        out.write(f"{f.severity.upper():7} {f.code}: {f.message}\n")
-    out.write(f"predicted: {plan.predicted.verdict}\n")
+        out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+    out.write(f"predicted: {_safe(plan.predicted.verdict)}\n")
 
 
 def _short(value, width: int = 60) -> str:
@@ -297,7 +306,7 @@ def cmd_bench(args, out) -> int:
                             extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
                             ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
     except BenchFailed as e:
-        sys.stderr.write(f"draftdoctor: measurement failed: {e}\n")
+        sys.stderr.write(f"draftdoctor: measurement failed: {_safe(e)}\n")
         return EXIT_FINDINGS
     _table([(r.result.name, f"{r.result.accept_length:.2f}", f"{r.result.accept_rate:.2f}",
              f"{r.result.tokens_per_s:.1f}", len(r.result.requests)) for r in runs],
@@ -313,11 +322,11 @@ def cmd_investigate(args, out) -> int:
                           progress=lambda m: sys.stderr.write(f"[investigate] {m}\n"))
     for r in results:
         if r.error:
-            out.write(f"{r.name}: FAILED: {r.error}\n")
+            out.write(f"{r.name}: FAILED: {_safe(r.error)}\n")
             continue
         rep = r.report
         before, after = rep.get("before") or {}, rep.get("after") or {}
-        out.write(f"{r.name}: {(rep.get('coverage_before') or {}).get('verdict')}\n")
+        out.write(f"{r.name}: {_safe((rep.get('coverage_before') or {}).get('verdict'))}\n")
         if before and after:
             out.write(f"  accept length {before['accept_length']:.2f} before, {after['accept_length']:.2f} after "
                       f"the fix ({before.get('backend')} backend); report: {r.out_dir}/report.md\n")
@@ -481,7 +490,7 @@ def main(argv=None) -> int:
     try:
         return args.run(args, sys.stdout)
     except UserError as e:
-        sys.stderr.write(f"draftdoctor: error: {e}\n")
+        sys.stderr.write(f"draftdoctor: error: {_safe(e)}\n")
         return EXIT_UNUSABLE
     except KeyboardInterrupt as e:
         sys.stderr.write("draftdoctor: interrupted (anything half-written was removed)\n")
