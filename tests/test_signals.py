@@ -47,3 +47,26 @@ def test_a_signal_to_serve_stops_its_server(tmp_path, signum):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_server_dies_with_the_process_that_started_it(tmp_path):
+    """Even SIGKILL to its owner (a notebook kernel shut down hard, an OOM kill) ends the server."""
+    script = (f"import sys; from draftdoctor.serving.launcher import ServeConfig, free_port, serve\n"
+              f"config = ServeConfig({str(DEMO / 'target')!r}, {str(DEMO / 'draft-story')!r}, port=free_port())\n"
+              f"server = serve('reference', config, {str(tmp_path / 's.log')!r})\n"
+              f"print(server.port, flush=True)\n"
+              f"import time; time.sleep(600)\n")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = owner.stdout.readline().strip()
+        assert port.isdigit(), owner.stderr.read()
+        marker = f"--port {port}"
+        assert processes_with(marker)
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 15
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_with(marker) == []
+    finally:
+        owner.kill()

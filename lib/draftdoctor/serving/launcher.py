@@ -180,7 +180,7 @@ class Server:
         self.log_offset = log.tell()
         try:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=self.env)
+                                            start_new_session=True, env=self.env, preexec_fn=_die_with_parent)
         finally:
             log.close()
         return self
@@ -253,6 +253,17 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before it runs: have the kernel send it SIGTERM when the process that
+    started it dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG), so no server outlives its owner."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: stop() and the signal handlers still apply
+        pass
 
 
 def _group_alive(pgid: int) -> bool:
