@@ -90,12 +90,20 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "run name"
     if kind == "draft-name-escapes":
         return ["bench", "--target", DEMO / "target", "--draft", f"../../escaped={good}", "--out", root / "b"], "--draft NAME"
+    if kind == "prompts-dev-zero":
+        return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
+                "/dev/zero"], "cannot read prompts"
+    if kind == "deep-prompt":
+        (root / "p.jsonl").write_text("[" * 100_000 + "\n")
+        return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
+                root / "p.jsonl"], "p.jsonl:1"
     raise AssertionError(kind)
 
 
 KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nesting", "huge-config", "params-dev-zero",
          "deep-params", "zero-heads", "infinite-hidden", "string-aux-ids", "eagle-config-list", "port-out-of-range",
-         "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes"]
+         "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes",
+         "prompts-dev-zero", "deep-prompt"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

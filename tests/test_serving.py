@@ -219,3 +219,11 @@ def test_a_server_that_dies_midway_is_named_with_its_log_and_earlier_drafts_are_
     assert str(tmp_path / "out" / "server-after.log") in str(e.value)
     kept = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [r["name"] for r in kept] == ["before"]
+
+
+def test_bench_defaults_work_from_any_folder(fixed_draft, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "bench", "--target", str(DEMO / "target"),
+                           "--draft", f"after={fixed_draft}", "--out", "out", "--num-prompts", "2"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]["requests"] == 2

@@ -286,7 +286,7 @@ def _draft_pairs(values) -> list[tuple[str, str]]:
 
 
 def cmd_bench(args, out) -> int:
-    from .serving.bench import BenchFailed, bench_drafts, load_prompts
+    from .serving.bench import DEMO_PROMPTS, BenchFailed, bench_drafts, load_prompts
 
     from pathlib import Path
 
@@ -295,7 +295,7 @@ def cmd_bench(args, out) -> int:
         if not Path(path).exists() and args.backend == "reference":
             raise _UsageError(f"{path}: no such file or folder")
     engine, label = _serving_engine(args)
-    prompts = load_prompts(args.prompts, limit=args.num_prompts)
+    prompts = load_prompts(args.prompts or DEMO_PROMPTS, limit=args.num_prompts)
 
     def progress(message):
         sys.stderr.write(f"[{label}] {message}\n")
@@ -431,7 +431,7 @@ def _bench_arguments(p) -> None:
     p.add_argument("--target", required=True, help="the target model")
     p.add_argument("--draft", action="append", required=True, metavar="NAME=PATH", help="a draft to measure (repeat)")
     p.add_argument("--out", required=True, help="folder for results.json, charts and server logs")
-    p.add_argument("--prompts", default="data/demo/prompts.jsonl", help=".jsonl ({\"prompt\": ...}) or text lines")
+    p.add_argument("--prompts", default=None, help=".jsonl ({\"prompt\": ...}) or text lines (default: the demo's prompts)")
     p.add_argument("--num-prompts", type=_positive_int, default=None)
     p.add_argument("--max-new-tokens", type=_positive_int, default=48)
     p.add_argument("--concurrency", type=_positive_int, default=1)

@@ -25,16 +25,26 @@ class BenchFailed(RuntimeError):
     """A measurement that failed midway (its server died or stopped answering): exit 1, not 2."""
 
 
+MAX_PROMPTS_BYTES = 64 << 20
+DEMO_PROMPTS = Path(__file__).resolve().parents[3] / "data" / "demo" / "prompts.jsonl"  # the default, from any folder
+
+
 class BenchInputError(UserError, ValueError):
     """A prompts file or draft list that cannot be used."""
 
 
 def load_prompts(path, limit: int | None = None) -> list[str]:
     """Prompts from a .jsonl file ({"prompt": ...} or {"text": ...} per line) or a plain text file."""
+    from ..checkpoint import CheckpointError, open_regular
+
     path = Path(path)
     try:
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError) as e:
+        with open_regular(path) as f:
+            raw = f.read(MAX_PROMPTS_BYTES + 1)
+        if len(raw) > MAX_PROMPTS_BYTES:
+            raise BenchInputError(f"{path}: larger than {MAX_PROMPTS_BYTES >> 20} MB of prompts")
+        lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, CheckpointError) as e:
         raise BenchInputError(f"{path}: cannot read prompts ({e.__class__.__name__})") from None
     prompts = []
     for number, line in enumerate(lines, 1):
@@ -42,7 +52,9 @@ def load_prompts(path, limit: int | None = None) -> list[str]:
             try:
                 item = json.loads(line)
                 prompts.append(item["prompt"] if "prompt" in item else item["text"])
-            except (json.JSONDecodeError, KeyError, TypeError):
+                if not isinstance(prompts[-1], str):
+                    raise TypeError
+            except (ValueError, RecursionError, KeyError, TypeError):
                 raise BenchInputError(f"{path}:{number}: expected a JSON object with a \"prompt\" field") from None
         else:
             prompts.append(line)
