@@ -27,6 +27,14 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
+def gone(marker: str, within: float = 15.0) -> bool:
+    """Whether every process whose command line holds `marker` has ended within `within` seconds."""
+    deadline = time.monotonic() + within
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return processes_with(marker) == []
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_serve_stops_its_server(tmp_path, signum):
     proc = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "serve", "--model-path", DEMO / "target",
@@ -40,10 +48,7 @@ def test_a_signal_to_serve_stops_its_server(tmp_path, signum):
         assert processes_with(marker), "the server runs"
         proc.send_signal(signum)
         assert proc.wait(timeout=60) == 128 + signum
-        deadline = time.monotonic() + 10
-        while processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert processes_with(marker) == []
+        assert gone(marker)
     finally:
         proc.kill()
         proc.wait()
@@ -64,9 +69,6 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path):
         assert processes_with(marker)
         owner.kill()
         owner.wait()
-        deadline = time.monotonic() + 15
-        while processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert processes_with(marker) == []
+        assert gone(marker)
     finally:
         owner.kill()
