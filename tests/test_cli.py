@@ -41,7 +41,7 @@ def test_check_exit_statuses_and_json(draft):
     cov = doc["coverage"]
     assert cov["params_total"] == 11 and cov["params_uninitialized"] == 7 and cov["keys_dropped"] == 10
     assert cov["bytes_uninitialized"] > 0 and len(cov["params"]) == 11 and len(cov["keys"]) == 16
-    assert {f["code"] for f in doc["findings"]} == {"dropped-keys", "uninitialized-params"}
+    assert {f["code"] for f in doc["findings"]} == {"dropped-keys", "uninitialized-params", "not-checked"}  # no --target
     assert all(set(f) == {"code", "severity", "message"} for f in doc["findings"])
     code, out, _ = run("check", draft("midlayer"), "--engine", "sglang==0.5.10")
     assert code == 0 and "verdict: loads cleanly" in out
@@ -85,3 +85,30 @@ def test_inspect_imports_no_heavy_modules(draft):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_real_loader_error_names_the_engine_asked_for(draft):
+    code, _, err = run("check", draft("speculators"), "--engine", "vllm==0.30.0", "--loader", "real")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "vllm==0.30.0 has no real loader" in err and "sglang 0.5.10" in err and "installed:" in err
+
+
+def test_check_says_what_it_could_not_check_and_strict_fails_on_warnings(tmp_path):
+    from draftdoctor.synth import write_draft
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    code, out, _ = run("check", demo / "draft-speculators", "--engine", "vllm==0.32.0")
+    assert "not-checked" in out and "no --target" in out
+    code, out, _ = run("check", demo / "draft-speculators", "--engine", "vllm==0.32.0", "--target", demo / "target")
+    assert code == 0 and "not-checked" not in out
+    # a warning (aux ids where SGLang does not read them; harmless or not depends on the target) passes,
+    # and fails with --strict
+    folder = write_draft(tmp_path / "d", layout="midlayer", config="flat")
+    config = json.loads((folder / "config.json").read_text())
+    config["eagle_aux_hidden_state_layer_ids"] = [1, 3, 5]
+    del config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, _ = run("check", folder, "--engine", "sglang==0.5.10")
+    warned = "WARNING" in out
+    strict, _, _ = run("check", folder, "--engine", "sglang==0.5.10", "--strict")
+    assert warned and code == 0 and strict == 1, out

@@ -49,6 +49,10 @@ def draft_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims, targ
     found += vocab_checks(checkpoint, profile, dims)
     if target is not None:
         found += target_checks(checkpoint, dims, target)
+    else:
+        found.append(F.finding("not-checked", "no --target: not checked whether the draft fits the target (hidden "
+                                              "size, vocabulary) nor whether its aux layer ids are layers the "
+                                              "engine can capture"))
     found += weight_sample_checks(checkpoint)
     return found
 

@@ -107,7 +107,8 @@ def cmd_check(args, out) -> int:
     from .tables import shape_texts
 
     report = check(args.path, args.engine, loader=args.loader, target=args.target)
-    status = EXIT_FINDINGS if report.errors else EXIT_OK
+    warned = any(f.severity == "warning" for f in report.findings)
+    status = EXIT_FINDINGS if report.errors or (args.strict and warned) else EXIT_OK
     if args.format == "json":
         json.dump(report.to_dict(), out, indent=1)
         out.write("\n")
@@ -394,6 +395,7 @@ def _check_arguments(p) -> None:
     p.add_argument("path")
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
     p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it")
+    p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1), e.g. for a CI gate")
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
                    help="replay the engine profile (instant), or run the release's own loader on CPU "
                         "(SGLang 0.5.10, 0.5.11, 0.5.23; needs `make sglang-loaders`)")

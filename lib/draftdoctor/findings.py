@@ -67,6 +67,12 @@ CODES = {
         "remove the duplicate tensor from the source checkpoint",
     ),
     # --- beyond names (draftdoctor.checks) ---
+    "not-checked": Code(
+        INFO,
+        "checks that need the target's config were not run (no --target): the draft's fit to the target "
+        "(hidden size, vocabulary) and whether its aux layer ids are layers the engine can capture",
+        "give --target TARGET (its folder or config.json)",
+    ),
     "aux-layer-ids": Code(
         ERROR,
         "aux hidden-state layer ids where the engine does not read them, in the other engine's convention "

@@ -43,10 +43,15 @@ def real_check(checkpoint, engine, timeout: float = 180.0) -> CoverageReport:
 
 def real_checks(checkpoints, engine, timeout: float | None = None) -> list[CoverageReport]:
     """`real_check` of several checkpoints in one child process (SGLang's import cost paid once)."""
-    from .realload import RealLoaderError, run_real_loaders
+    from .realload import READY_MARKER, SUPPORTED_RELEASES, RealLoaderError, releases_dir, run_real_loaders
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release
+    if engine.name != "sglang" or release not in SUPPORTED_RELEASES:
+        installed = [r for r in SUPPORTED_RELEASES if (releases_dir() / r / READY_MARKER).exists()]
+        raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: sglang "
+                             f"{', '.join(SUPPORTED_RELEASES)} (installed: {', '.join(installed) or 'none'}); "
+                             "use the replay (the default loader)")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
     with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
         folders = [c.folder for c in checkpoints]
