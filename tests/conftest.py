@@ -1,21 +1,16 @@
 """Shared fixtures: tiny synthetic drafts written by draftdoctor.synth into a temp folder.
 
-Tool state (Jupyter, IPython, matplotlib, HF caches) goes to build/state, never the home directory,
-also when pytest is run without make.
+Tool state (Jupyter, IPython, matplotlib, HF and XDG caches and config, Chromium's crash reports among
+them) goes to build/state, never the home directory, also when pytest is run without make.
 """
 
 import os
-from pathlib import Path
 
-import pytest
+from draftdoctor.toolstate import keep_out_of_home
 
-STATE = Path(__file__).resolve().parents[1] / "build" / "state"
-for var, sub in (("JUPYTER_CONFIG_DIR", "jupyter/config"), ("JUPYTER_DATA_DIR", "jupyter/data"),
-                 ("JUPYTER_RUNTIME_DIR", "jupyter/runtime"), ("IPYTHONDIR", "ipython"),
-                 ("MPLCONFIGDIR", "matplotlib"), ("HF_HOME", "hf"), ("XDG_CACHE_HOME", "cache")):
-    os.environ.setdefault(var, str(STATE / sub))
-    Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+keep_out_of_home(isolate=True)  # before anything imports matplotlib, IPython, Jupyter or the browser
+
+import pytest  # noqa: E402
 
 from draftdoctor.synth import DraftShape, write_draft
 

@@ -484,6 +484,9 @@ def _terminate(signum, frame):
 def main(argv=None) -> int:
     import signal
 
+    from .toolstate import keep_out_of_home
+
+    keep_out_of_home()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     if args.run in (cmd_serve, cmd_bench, cmd_investigate):  # commands that start servers or kernels
