@@ -3,8 +3,9 @@
 `profile.py` defines what a row holds (`Profile`: building and loading the draft; `ServingFacts`:
 what a served release spells and reports) and turns a row and a draft's dimensions into the engine's
 parameter list; `sglang.py` and `vllm.py` hold the rows. `resolve_engine` turns a spec such as
-"sglang==0.5.10" into an `Engine` value once, at the edges; every module takes that value. Adding a
-release is one new row (and a serving row where the kit serves it) and a test.
+"sglang==0.5.10" into an `Engine` value once, at the edges; every module takes that value;
+`serving_facts` finds a release's serving row. Adding a release is one new row (and a serving row
+where the kit serves it) and a test.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ __all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "Par
 
 @dataclass(frozen=True)
 class Engine:
-    """One engine release as every module receives it: made once by `resolve_engine`, then passed on."""
+    """One engine release as every module receives it: made once by `resolve_engine`, then passed on.
+    Its serving facts are looked up by release where a server is launched or read (`serving_facts`):
+    an installed SGLang newer than any profile still has a release, but no Engine."""
 
     name: str  # "sglang" | "vllm"
     release: str
     profile: Profile  # how it builds and loads the draft
-    serving: ServingFacts | None  # what its server spells and reports; None: the kit does not serve it
 
     @property
     def spec(self) -> str:
@@ -72,10 +74,10 @@ def resolve_engine(spec: "str | Engine") -> Engine:
         raise EngineSpecError(f"unknown engine {engine!r}: known releases are {known}")
     if not version:
         newest = max(profiles, key=lambda p: parse_version(p.last))
-        return Engine(engine, newest.last, newest, serving_facts(newest.last, engine))
+        return Engine(engine, newest.last, newest)
     version = version.strip()
     parse_version(version)
     profile = _row_for(profiles, version)
     if profile is not None:
-        return Engine(engine, version, profile, serving_facts(version, engine))
+        return Engine(engine, version, profile)
     raise EngineSpecError(f"{engine}=={version} is not a known release: known releases are {known}")
