@@ -63,21 +63,21 @@ class ReferenceEngine:
         self.window_verify = self.window_accepted = self.window_tokens = 0  # since the last log line
         self.window_start = time.perf_counter()
 
-    def length_problem(self, prompt: str, max_new_tokens: int) -> str | None:
-        """Why a request cannot run within the target's context (None: it can). Bounds every request's
-        work, so one long prompt cannot hold the engine (one request at a time) for minutes."""
+    def prompt_ids(self, prompt: str, max_new_tokens: int) -> tuple[list[int], str | None]:
+        """The prompt's token ids, and why the request cannot run within the target's context (None: it
+        can). Bounds every request's work, so one long prompt cannot hold the engine (one request at a
+        time) for minutes."""
         if len(prompt) > 64 * self.context:  # over 64 characters a token: too long before tokenizing
-            return f"prompt of {len(prompt)} characters exceeds the context of {self.context} tokens"
-        tokens = len(self.tokenizer.encode(prompt).ids)
-        if tokens + max_new_tokens > self.context:
-            return (f"prompt of {tokens} tokens plus max_new_tokens {max_new_tokens} exceeds the context of "
-                    f"{self.context} tokens")
-        return None
+            return [], f"prompt of {len(prompt)} characters exceeds the context of {self.context} tokens"
+        ids = self.tokenizer.encode(prompt).ids
+        if len(ids) + max_new_tokens > self.context:
+            return ids, (f"prompt of {len(ids)} tokens plus max_new_tokens {max_new_tokens} exceeds the context "
+                         f"of {self.context} tokens")
+        return ids, None
 
-    def generate(self, prompt: str, max_new_tokens: int) -> dict:
+    def generate(self, ids: list[int], max_new_tokens: int) -> dict:
         from .engine import speculative_generate
 
-        ids = self.tokenizer.encode(prompt).ids
         with self.lock:
             result = speculative_generate(self.target, self.loaded.draft, self.loaded.capture, ids, max_new_tokens,
                                           self.num_steps, eos_token_id=self.eos)
@@ -150,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, "OK")
         elif self.path == "/health_generate":
-            self.engine.generate("health", 1)
+            self.engine.generate(self.engine.prompt_ids("health", 1)[0], 1)
             self._send(200, "OK")
         elif self.path in ("/server_info", "/get_server_info"):
             self._send(200, self.engine.server_info())
@@ -183,11 +183,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         problem, prompt, max_new = _parse_generate(request)
         if not problem:
-            problem = self.engine.length_problem(prompt, max_new)
+            ids, problem = self.engine.prompt_ids(prompt, max_new)
         if problem:
             self._error(400, problem)
             return
-        self._send(200, self.engine.generate(prompt, max_new))
+        self._send(200, self.engine.generate(ids, max_new))
 
 
 def _parse_generate(request) -> tuple[str | None, str, int]:
