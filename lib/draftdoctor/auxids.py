@@ -20,10 +20,16 @@ PLACE_OFFSET = {EAGLE_CONFIG: 1, TOP_LEVEL: 0}
 CONVENTION = {EAGLE_CONFIG: "SGLang's convention", TOP_LEVEL: "the convention of speculators and vLLM"}
 
 
+def holder(config: dict, where: str):
+    """The object that keeps the ids at `where`: the config itself, or its eagle_config (whatever
+    that is: configs.DraftDims checks it is an object)."""
+    return config.get("eagle_config") if where == EAGLE_CONFIG else config
+
+
 def ids_at(config: dict, where: str) -> list | None:
     """The ids the config keeps at `where` (None when that place holds none)."""
-    holder = config.get("eagle_config") if where == EAGLE_CONFIG else config
-    ids = holder.get(KEY) if isinstance(holder, dict) else None
+    place = holder(config, where)
+    ids = place.get(KEY) if isinstance(place, dict) else None
     return list(ids) if ids else None
 
 
@@ -47,8 +53,8 @@ def default_layers(n_layers: int) -> tuple[int, int, int]:
 
 
 def trained_layers(ids, where: str) -> list[int]:
-    """The target layers (inputs of) that ids kept at `where` name."""
-    return [int(i) + PLACE_OFFSET[where] for i in ids]
+    """The target layers (inputs of) that ids kept at `where` name: the top level's convention."""
+    return convert(ids, where, TOP_LEVEL)
 
 
 def captured_layers(config: dict, n_layers: int, read_from: tuple[str, ...], capture_offset: int) -> tuple[int, ...]:

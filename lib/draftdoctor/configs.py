@@ -58,11 +58,12 @@ def _check_shape(config: dict, layer: dict) -> None:
         raise ConfigValueError(f"eagle_config must be an object, not {type(eagle).__name__}")
     if not isinstance(layer, dict):
         raise ConfigValueError("transformer_layer_config must be an object")
-    for holder, where in ((config, "eagle_aux_hidden_state_layer_ids"), (eagle or {}, "eagle_config.eagle_aux_hidden_state_layer_ids")):
-        ids = holder.get(auxids.KEY)
+    for where in auxids.PLACE_OFFSET:
+        ids = (auxids.holder(config, where) or {}).get(auxids.KEY)
         if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)
                                                                    and -1 <= i < MAX_DIM for i in ids)):
-            raise ConfigValueError(f"{where} must be a list of layer numbers, not {json.dumps(ids)[:80]}")
+            field = auxids.KEY if where == auxids.TOP_LEVEL else f"eagle_config.{auxids.KEY}"
+            raise ConfigValueError(f"{field} must be a list of layer numbers, not {json.dumps(ids)[:80]}")
 
 
 @dataclass(frozen=True)
