@@ -46,7 +46,7 @@ def check_codes(folder) -> set[str]:
 
 def test_check_flags_each_case_with_its_code(results):
     assert check_codes(results["fixed draft"].draft) == set()
-    assert check_codes(results["aux ids at top level"].draft) == {"aux-layer-ids"}
+    assert check_codes(results["aux ids at top level"].draft) == {"aux-layer-uncapturable"}
     assert check_codes(results["nbr draft"].draft) == {"norm-before-residual"}
     # the option survives the lossy fix only in draftdoctor's record; check still reads it there
     [finding] = results["nbr draft"].findings
@@ -94,3 +94,14 @@ def test_summary_rows_feed_the_chart(results):
     assert rows[1]["accept_length"] is None and rows[1]["error"]
     fig = beyond_names_figure(rows)
     assert len(fig.axes) == 2
+
+
+def test_a_draft_trained_on_layer_0s_input_is_refused_for_sglang_only(tmp_path):
+    from draftdoctor.reference.beyond_names import trained_on_layer_zero
+
+    plans = trained_on_layer_zero(DEMO, tmp_path, ["sglang==0.5.10", "sglang==0.5.23", "vllm"])
+    for release in ("sglang==0.5.10", "sglang==0.5.23"):
+        refused = plans[release].refusal()
+        assert refused and [f.code for f in refused.findings] == ["aux-layer-uncapturable"], release
+        assert "target layer(s) [0]" in refused.findings[0].message
+    assert plans["vllm"].refusal() is None and plans["vllm"].config.config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]

@@ -94,7 +94,25 @@ def test_aux_ids_outside_target_layers(draft, target):
     folder = draft("midlayer")  # eagle_config ids [0, 2, 4]: SGLang captures 1, 3, 5
     assert "aux-layer-ids" not in codes(check(folder, "sglang==0.5.10", target=target(layers=8)))
     report = check(folder, "sglang==0.5.10", target=target(layers=5))
-    assert "aux-layer-ids" in codes(report, "error") and "[4]" in report.verdict + str(report.findings)
+    assert "aux-layer-uncapturable" in codes(report, "error") and "[4]" in report.verdict + str(report.findings)
+
+
+def test_the_input_of_layer_0_is_capturable_by_vllm_only(draft, target):
+    """Trained on the input of layer 0 (top-level id 0): SGLang's capture (id + 1, at the start of
+    layers 1..N-1) cannot reach it, with or without --target; vLLM captures the embedding too."""
+    folder = edit_config(draft("speculators"), eagle_aux_hidden_state_layer_ids=[0, 1, 2])
+    sglang_style = edit_config(draft("midlayer"), eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 0, 1],
+                                                                "use_aux_hidden_state": True})
+    eight = target(layers=8)
+    for t in (None, eight):
+        report = check(sglang_style, "sglang==0.5.10", target=t)
+        assert "aux-layer-uncapturable" in codes(report, "error"), report.findings
+        assert "target layer(s) [0]" in str(report.findings)
+        assert "aux-layer-uncapturable" not in codes(check(folder, "vllm", target=t))
+    # and the other end: vLLM captures up to the last layer's output (layer N's input), SGLang to N - 1
+    last = edit_config(draft("speculators"), eagle_aux_hidden_state_layer_ids=[1, 3, 8])
+    assert "aux-layer-uncapturable" not in codes(check(last, "vllm", target=eight))
+    assert "aux-layer-uncapturable" in codes(check(last, "vllm", target=target(layers=7)), "error")
 
 
 def test_norm_before_residual_under_sglang(draft):
@@ -200,7 +218,7 @@ def test_target_option_in_cli(draft, target, capsys):
     from draftdoctor.cli import main
 
     code = main(["check", str(draft("midlayer")), "--engine", "sglang==0.5.10", "--target", str(target(layers=5))])
-    assert code == 1 and "aux-layer-ids" in capsys.readouterr().out
+    assert code == 1 and "aux-layer-uncapturable" in capsys.readouterr().out
     assert main(["check", str(draft("midlayer")), "--engine", "sglang==0.5.10", "--target", "/nonexistent"]) == 2
 
 

@@ -112,3 +112,13 @@ def test_check_says_what_it_could_not_check_and_strict_fails_on_warnings(tmp_pat
     warned = "WARNING" in out
     strict, _, _ = run("check", folder, "--engine", "sglang==0.5.10", "--strict")
     assert warned and code == 0 and strict == 1, out
+
+
+def test_top_level_help_says_what_the_kit_is_for():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "gets no acceptance once served" in proc.stdout and "fix DRAFT --engine E --target T" in proc.stdout
+    assert "only module" not in proc.stdout  # not how the module is built

@@ -30,7 +30,7 @@ def test_failing_cell_is_reported_with_notebook_and_cell(tmp_path):
     assert "CheckpointError" in e.value.message and "no such file" in e.value.message
 
 
-def test_cell_timeout_is_reported_with_the_cell(tmp_path):
+def test_cell_timeout_is_reported_with_the_cell(tmp_path, capfd):
     book = nbformat.v4.new_notebook()
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     params = nbformat.v4.new_code_cell("out_dir: str = '.'  # where to write")
@@ -40,6 +40,9 @@ def test_cell_timeout_is_reported_with_the_cell(tmp_path):
     with pytest.raises(StepFailed) as e:
         run_step("slow", {}, tmp_path / "out", cell_timeout=2, notebooks=tmp_path)
     assert "timed out" in e.value.message and e.value.cell is not None and e.value.cell >= 2
+    # the kernel's warnings and the traceback of its stop go to the run folder's kernels.log, not the terminal
+    assert capfd.readouterr().err == ""
+    assert "Kernel is running over TCP" in (tmp_path / "out" / "kernels.log").read_text()
 
 
 def test_batch_of_two_checkpoints_writes_a_folder_each_and_a_summary(tmp_path, draft, monkeypatch):
@@ -56,3 +59,19 @@ def test_batch_of_two_checkpoints_writes_a_folder_each_and_a_summary(tmp_path, d
     assert story["coverage_before"]["params_uninitialized"] == 7 and story["layout"] == "speculators"
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "decoder layer left at initial values" in summary and "failed: 01-dump-keys.ipynb" in summary
+
+
+def test_a_draft_that_does_not_fit_the_target_stops_before_any_notebook(tmp_path, draft):
+    """The synthetic draft's vocabulary (256) is not the demo target's: nothing is launched, the
+    report says why."""
+    import subprocess
+    import sys
+
+    (tmp_path / "p.yaml").write_text(json.dumps({"checkpoint": str(draft("speculators")), "engine": "sglang",
+                                                 "release": "0.5.10", "target": str(ROOT / "data" / "demo" / "target")}))
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "investigate", "--params", str(tmp_path / "p.yaml"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout and "target-mismatch" in proc.stdout
+    assert "nothing was launched" in proc.stdout
+    assert not list((tmp_path / "out").glob("*.ipynb"))
+    assert "target-mismatch" in (tmp_path / "out" / "report.md").read_text()

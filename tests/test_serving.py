@@ -227,3 +227,58 @@ def test_bench_defaults_work_from_any_folder(fixed_draft, tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]["requests"] == 2
+
+
+def _with_top_level_ids(fixed_draft, folder):
+    """The fixed demo draft with its aux ids moved out of eagle_config: SGLang then captures its default
+    layers, [2, 3, 3] on the 6-layer target, two states for an fc trained on three."""
+    from draftdoctor import auxids
+
+    shutil.copytree(fixed_draft, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg[auxids.KEY] = auxids.convert(cfg["eagle_config"].pop(auxids.KEY), auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_bench_stops_before_launching_a_draft_that_does_not_fit(fixed_draft, tmp_path):
+    misfit = _with_top_level_ids(fixed_draft, tmp_path / "misfit")
+    other_vocab = tmp_path / "other-vocab"
+    shutil.copytree(fixed_draft, other_vocab)
+    cfg = json.loads((other_vocab / "config.json").read_text())
+    (other_vocab / "config.json").write_text(json.dumps(cfg | {"vocab_size": cfg["vocab_size"] + 1}))
+    for draft, code in ((misfit, "aux-layer-uncapturable"), (other_vocab, "target-mismatch")):
+        out = tmp_path / f"out-{draft.name}"
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "bench", "--target", str(DEMO / "target"),
+                               "--draft", f"good={fixed_draft}", "--draft", f"bad={draft}", "--out", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and proc.stderr.startswith("draftdoctor: not launched: bad (")
+        assert code in proc.stderr and len(proc.stderr.splitlines()) == 1 and not proc.stdout
+        assert not out.exists()  # no server started, not even for the draft that fits
+        assert time.monotonic() - start < 30
+
+
+def test_a_draft_that_fails_at_the_first_step_gets_an_answer_naming_the_cause(fixed_draft, tmp_path):
+    """Launched without the pre-flight (serve), the reference server answers 500 with the engine's
+    error and logs it on one line, as bench then reports it; it keeps serving."""
+    from draftdoctor.serving.client import ClientError
+    from draftdoctor.serving.launcher import cause, tail
+
+    misfit = _with_top_level_ids(fixed_draft, tmp_path / "misfit")
+    log = tmp_path / "s.log"
+    with serve("reference", config(misfit), log, engine="sglang==0.5.10") as s:
+        for _ in range(2):
+            with pytest.raises(ClientError, match="answered 500.*CaptureMismatch"):
+                generate(s.base_url, PROMPTS[0], max_new_tokens=4)
+        assert s.process.poll() is None
+        assert "CaptureMismatch" in cause(tail(log, 200)) and "2 distinct aux states" in cause(tail(log, 200))
+
+
+def test_cause_is_the_error_line_not_the_traceback_frame():
+    from draftdoctor.serving.launcher import cause
+
+    lines = ["[12:00] fired up and ready to roll!", "-" * 40, "Traceback (most recent call last):",
+             '  File "x.py", line 1, in f', "RuntimeError: CUDA out of memory", "-" * 40, ""]
+    assert cause(lines) == "RuntimeError: CUDA out of memory"
+    assert cause(["starting", "loading weights"]) == "loading weights" and cause([]) == ""

@@ -87,8 +87,10 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
             return out
         effect = "the draft sees other layers than it was trained on"
         if len(set(default)) < len(ids):  # the engine captures each layer once
-            effect = (f"that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
-                      "error the first time the draft runs")
+            out.append(F.finding("aux-layer-uncapturable", (
+                f"{ignored}: that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
+                "error the first time the draft runs. `draftdoctor fix` moves them")))
+            return out
         out.append(F.finding("aux-layer-ids", f"{ignored}: {effect}. `draftdoctor fix` moves them"))
     if read is None:
         return out
@@ -100,13 +102,18 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
             f"captures {_input_of(profile.aux_capture_offset)}, so the draft reads each layer {abs(shift)} "
             f"{'below' if shift > 0 else 'above'} the one it was trained on. "
             f"`draftdoctor fix --engine {profile.engine}` converts them"), severity=F.WARNING))
-    if n_layers:
-        captured = profile.captured_layers(config, n_layers)
-        outside = [i for i, c in zip(ids, captured) if not 1 <= c <= n_layers - 1]
-        if outside:
-            out.append(F.finding("aux-layer-ids", (
-                f"aux layer ids {outside} ({where}) are outside the target's {n_layers} layers: {name} captures "
-                f"{_input_of(profile.aux_capture_offset)}, which must lie in 1..{n_layers - 1}")))
+    first, last = profile.capturable(n_layers)
+    captured = [int(i) + profile.aux_capture_offset for i in ids]
+    outside = [(i, c) for i, c in zip(ids, captured) if c < first or last is not None and c > last]
+    if outside:
+        bounds = f"{first}..{last}" if last is not None else f"{first} or above"
+        target_text = f" of this {n_layers}-layer target" if n_layers else ""
+        out.append(F.finding("aux-layer-uncapturable", (
+            f"aux layer ids {[i for i, _ in outside]} ({where}) name the input of target layer(s) "
+            f"{[c for _, c in outside]}, which {name} cannot capture: it captures "
+            f"{_input_of(profile.aux_capture_offset)}, which must lie in {bounds}{target_text}; the first draft step "
+            f"fails. No rewrite of the checkpoint can change which layers the draft was trained on: serve it on an "
+            f"engine that captures them, or retrain with other aux layer ids")))
     return out
 
 

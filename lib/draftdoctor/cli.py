@@ -1,6 +1,7 @@
 """The `draftdoctor` command line: the only module (besides notebooks) that prints.
 
-Exit status: 0 no error findings, 1 error findings, 2 unusable input or arguments.
+Exit status: 0 no error findings, 1 error findings (a refused fix, a failed measurement), 2 unusable
+input or arguments.
 """
 
 from __future__ import annotations
@@ -14,6 +15,21 @@ from itertools import chain, repeat
 from .errors import UserError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+DESCRIPTION = """\
+Find out why a speculative-decoding draft model (EAGLE-3) gets no acceptance once served, fix its
+checkpoint, and prove the fix by measuring acceptance before and after. The usual order:
+  inspect DRAFT                        what the checkpoint holds (headers only, any size)
+  check DRAFT --engine E --target T    what engine release E's loader writes, skips or leaves at
+                                       init, and whether the draft fits target T
+  fix DRAFT --engine E --target T --out FIXED
+                                       rename tensors and rewrite the config for E; verified, and
+                                       refused when the result would still fail `check`
+  bench --target T --draft before=DRAFT --draft after=FIXED --out DIR
+                                       serve each draft, measure acceptance, chart it
+  investigate --params P.yaml --out runs/NAME
+                                       all of it as notebooks, with a report
+E is e.g. sglang==0.5.10 or vllm==0.32.0. Exit status: 0 no error findings; 1 error findings, a
+refused fix or a failed measurement; 2 unusable input or arguments. Each command's --help says more."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,17 +149,23 @@ def cmd_check(args, out) -> int:
 
 
 def cmd_fix(args, out) -> int:
-    from .fix import apply_fix, plan_fix
+    from dataclasses import asdict
+
+    from .findings import CODES
+    from .fix import FixBlocked, apply_fix, plan_fix
     from .tables import human_bytes
 
-    plan = plan_fix(args.path, args.engine)
+    plan = plan_fix(args.path, args.engine, target=args.target)
+    refused = plan.refusal(args.allow_lossy)
     if args.plan:
         if args.format == "json":
-            json.dump(plan.to_dict(), out, indent=1)
+            json.dump(plan.to_dict() | {"refused": [f.code for f in refused.findings] if refused else []}, out, indent=1)
             out.write("\n")
         else:
-            _print_plan(plan, out)
-        return EXIT_OK if plan.can_apply(args.allow_lossy) else EXIT_FINDINGS
+            _print_plan(plan, out, skip=refused.findings if refused else ())
+            if refused:
+                _print_refusal(refused, out)
+        return EXIT_FINDINGS if refused else EXIT_OK
     if args.out is None:
         raise _UsageError("fix needs --out DST (or --plan to only show the plan)")
     bar = None
@@ -154,6 +176,15 @@ def cmd_fix(args, out) -> int:
     try:
         result = apply_fix(plan, args.out, force=args.force, allow_lossy=args.allow_lossy,
                            progress=bar.update if bar else None)
+    except FixBlocked as e:
+        if args.format == "json":
+            json.dump({"src": str(plan.src), "engine": plan.engine.spec, "ok": False, "written": False,
+                       "refused": [asdict(f) | {"remedy": CODES[f.code].remedy} for f in e.findings],
+                       "verdict": plan.predicted.verdict}, out, indent=1)
+            out.write("\n")
+        else:
+            _print_refusal(e, out)
+        return EXIT_FINDINGS
     finally:
         if bar:
             bar.close()
@@ -169,10 +200,15 @@ def cmd_fix(args, out) -> int:
                   f"{len(plan.config.changes)} config changes, {result.files_copied} other files, "
                   f"{result.seconds:.2f} s\n")
         out.write(f"verified: headers re-read, {v.tensors_checked} tensors' bytes compared equal to the source, "
-                  f"{plan.engine} coverage: {_safe(v.coverage.verdict)}\n")
-        for f in plan.findings:
-            if f.severity != "info":
+                  f"then checked as `draftdoctor check --engine {plan.engine.spec}"
+                  f"{' --target ' + _safe(args.target) if args.target else ''}` would\n")
+        shown = [f for f in plan.findings if f.code in ("config-defaulted", "lossy-config")] + v.coverage.findings
+        for f in shown:
+            if f.severity != "info" or f.code == "not-checked":
                 out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+        if v.accepted_losses and v.coverage.errors:
+            out.write(f"accepted with --allow-lossy: {', '.join(sorted({f.code for f in v.coverage.errors}))}\n")
+        out.write(f"verdict: {_safe(v.coverage.verdict)}\n")
         return status
     out.write(f"verification failed; nothing written to {_safe(result.dst)}:\n")
     for problem in v.problems:
@@ -180,10 +216,23 @@ def cmd_fix(args, out) -> int:
     return status
 
 
+def _print_refusal(refused, out) -> None:
+    """Why fix writes nothing: each error finding the result would carry, and what the user can do."""
+    from .findings import CODES
+
+    out.write(f"refused: nothing written. The fixed checkpoint would still carry {len(refused.findings)} error "
+              f"finding(s) for {refused.plan.engine}:\n")
+    for f in refused.findings:
+        out.write(f"ERROR   {f.code}: {_safe(f.message)}\n        what you can do: {CODES[f.code].remedy}\n")
+    if refused.plan.lossy and not refused.plan.blocking:
+        out.write("pass --allow-lossy to write it anyway (the loss is then yours to accept)\n")
+    out.write(f"verdict (check on the result): {_safe(refused.plan.predicted.verdict)}\n")
+
+
 PROGRESS_MIN_BYTES = 256 << 20
 
 
-def _print_plan(plan, out) -> None:
+def _print_plan(plan, out, skip=()) -> None:
     out.write(f"fix plan: {_safe(plan.src)} for {plan.engine}\n")
     out.write(f"layout: {plan.layout.name}; rule: {plan.rule}\n\n")
     _table([(t.old, t.new if t.new is not None else "(left out)", t.reason) for t in plan.tensors],
@@ -199,8 +248,10 @@ def _print_plan(plan, out) -> None:
     out.write(f"\n{len(plan.renamed)} renamed, {len(plan.tensors) - len(plan.renamed) - len(plan.omitted)} kept, "
               f"{len(plan.omitted)} left out; {plan.bytes_to_copy:,} bytes to copy\n")
     for f in plan.findings:
-        out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
-    out.write(f"predicted: {_safe(plan.predicted.verdict)}\n")
+        if f not in skip:
+            out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+    if not skip:
+        out.write(f"predicted: {_safe(plan.predicted.verdict)}\n")
 
 
 def _short(value, width: int = 60) -> str:
@@ -287,7 +338,7 @@ def _draft_pairs(values) -> list[tuple[str, str]]:
 
 
 def cmd_bench(args, out) -> int:
-    from .serving.bench import DEMO_PROMPTS, BenchFailed, bench_drafts, load_prompts
+    from .serving.bench import DEMO_PROMPTS, BenchFailed, DraftMisfit, bench_drafts, load_prompts
 
     from pathlib import Path
 
@@ -306,6 +357,9 @@ def cmd_bench(args, out) -> int:
                             num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                             extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
                             ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    except DraftMisfit as e:
+        sys.stderr.write(f"draftdoctor: not launched: {_safe(e)}\n")
+        return EXIT_FINDINGS
     except BenchFailed as e:
         sys.stderr.write(f"draftdoctor: measurement failed: {_safe(e)}\n")
         return EXIT_FINDINGS
@@ -406,10 +460,13 @@ def _fix_arguments(p) -> None:
     p.add_argument("path", metavar="SRC")
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
     p.add_argument("--out", metavar="DST", help="new checkpoint folder (must not exist unless --force)")
+    p.add_argument("--target", help="the target model's folder (or config.json): refuse a result that does not fit it "
+                                    "(hidden size, vocabulary, aux layers the engine can capture)")
     p.add_argument("--plan", action="store_true", help="show what would change; write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing DST, once the new one is verified")
     p.add_argument("--allow-lossy", action="store_true",
-                   help="write even if the engine cannot express a config option (reported)")
+                   help="write even if the engine cannot compute an option or norm the draft was trained with "
+                        "(reported; such a draft serves, with lower acceptance)")
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 
@@ -463,7 +520,7 @@ COMMANDS = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with `command`, only that sub-command's (all of them take 5 ms to
     build, a tenth of a short command's run)."""
-    parser = _Parser(prog="draftdoctor", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="draftdoctor", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         if command in (None, name):

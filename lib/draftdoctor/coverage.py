@@ -236,10 +236,12 @@ def verdict(report: CoverageReport) -> str:
     identity = sum(p.status == IDENTITY for p in report.params)
     notes = [f"{shared} taken from the target at serve time"] * bool(shared)
     notes += [f"{identity} keeps its initial identity vocabulary map"] * bool(identity)
+    warnings = sum(f.severity == F.WARNING for f in report.findings)
     return (
         f"loads cleanly: {len(report.params) - shared - identity} of {len(report.params)} parameters written"
         + (f" ({'; '.join(notes)})" if notes else "")
         + ", every tensor placed"
+        + (f"; {warnings} warning(s) to read" if warnings else "")
     )
 
 

@@ -1,5 +1,6 @@
 """The diagnosis of a draft for an engine release: load coverage (replayed or real) plus the checks
-beyond names. `check` is the one entry point every command and notebook asks for a verdict.
+beyond names. `diagnose` is the one verdict every command and notebook asks for: `check`, `fix`
+(its plan and its verification), `bench`'s and `investigate`'s pre-flight.
 
 It sits above the replay (`coverage`), the real loader (`realcheck`) and the other checks (`checks`),
 which know nothing of each other; the checkpoint is opened once.
@@ -7,30 +8,43 @@ which know nothing of each other; the checkpoint is opened once.
 
 from __future__ import annotations
 
-from .checkpoint import open_checkpoint
+from . import findings as F
+from .checkpoint import Checkpoint, open_checkpoint
 from .checks import draft_checks, read_target_config
 from .coverage import CoverageReport, draft_dims, replay
 from .engines import resolve_engine
 from .realcheck import real_check
 
 LOADERS = ("replay", "real")
+# findings after which a server starts and then fails at the first draft step, or serves a draft
+# built for another target: `bench` and `investigate` stop before launching on them
+MISFIT_CODES = ("target-mismatch", "aux-layer-uncapturable")
+
+
+def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_config: dict | None = None) -> CoverageReport:
+    """The coverage report of `engine` (an Engine, or a spec) loading the open `checkpoint`, plus the
+    checks beyond names (draftdoctor.checks), against the target's config when one is given."""
+    if loader not in LOADERS:
+        raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
+    engine = resolve_engine(engine)
+    report = real_check(checkpoint, engine) if loader == "real" else replay(checkpoint, engine)
+    report.findings += draft_checks(checkpoint, engine.profile, draft_dims(checkpoint), target_config)
+    return report
 
 
 def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
-    """The coverage report of `engine` (an Engine, or a spec) loading the checkpoint at `path`, plus the checks beyond
-    names (draftdoctor.checks), against the target's config when `target` (folder or config.json) is given.
+    """`diagnose` of the checkpoint at `path`, against the target at `target` (folder or config.json).
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed);
     "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`).
     """
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
-    engine = resolve_engine(engine)
-    checkpoint = open_checkpoint(path)
     target_config = read_target_config(target) if target is not None else None
-    if loader == "real":
-        report = real_check(checkpoint, engine)
-    else:
-        report = replay(checkpoint, engine)
-    report.findings += draft_checks(checkpoint, engine.profile, draft_dims(checkpoint), target_config)
-    return report
+    return diagnose(open_checkpoint(path), engine, loader, target_config)
+
+
+def misfits(path, engine, target) -> list[F.Finding]:
+    """The findings that make `path` unfit to serve with the target at `target` on `engine`
+    (MISFIT_CODES), from the same diagnosis as `check`."""
+    return [f for f in check(path, engine, target=target).errors if f.code in MISFIT_CODES]

@@ -79,6 +79,15 @@ CODES = {
         "(SGLang captures id + 1), or outside the target's layers: the draft sees other layers than it was trained on",
         "`draftdoctor fix` moves and converts them for the engine",
     ),
+    "aux-layer-uncapturable": Code(
+        ERROR,
+        "aux layer ids naming target layers the engine cannot capture (SGLang cannot capture the input of layer 0, "
+        "no engine a layer beyond the target's), or fewer distinct layers than fc was trained on: the server "
+        "starts, then the first draft step fails",
+        "ids the engine ignores: `draftdoctor fix` moves them where it reads them; ids it reads: no rewrite can "
+        "fix it, serve on an engine that captures those layers (vLLM captures layer 0's input) or retrain with "
+        "other aux layer ids",
+    ),
     "norm-before-residual": Code(
         ERROR,
         "trained with norm_before_residual: true (speculators' default), which the engine cannot compute",

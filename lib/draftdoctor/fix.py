@@ -1,14 +1,16 @@
 """`draftdoctor fix`: rewrite a draft checkpoint so that an engine loads every tensor, and prove it.
 
 `plan_fix` decides, from headers alone: new tensor names (the rules in `renames`), the config the
-engine reads (`configs.rewrite_config`), the other files to copy, and the coverage the engine's
-loader would give the result (its replay over the renamed headers). `apply_fix` carries the plan
+engine reads (`configs.rewrite_config`), the other files to copy, and `check`'s verdict on the result
+(`diagnose` over the renamed headers, with the target's config when one is given). A plan whose
+result would carry an error finding is refused (`FixBlocked`), unless the only errors are losses
+the user accepts (`--allow-lossy`). `apply_fix` carries the plan
 out without loading a tensor, through `rewriter` (which knows nothing of engines): each shard gets a
 new header and its data bytes are copied by the kernel (`copy_file_range`, else `sendfile`, else a
 bounded buffer) into a temporary folder beside DST, 4 MB at a time, while a second thread reads
 each copied chunk back from SRC and DST and compares the two, close behind the copy so both are
 usually still in the CPU cache. Then DST's
-headers are re-read and checked against the plan and the engine's loader is replayed over them;
+headers are re-read and checked against the plan and diagnosed again as `check` would;
 only a verified result is renamed into place. SRC is only ever opened for reading, and on any
 failure or interrupt everything written is removed.
 
@@ -33,7 +35,9 @@ from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
-from .coverage import CoverageReport, draft_dims, replay
+from .checks import OPTION_CODES, read_target_config
+from .coverage import CoverageReport, draft_dims
+from .diagnose import diagnose
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
 from .renames import choose
@@ -44,8 +48,26 @@ from .rewriter import RewriteError, WrittenTensor
 MARKER = ".draftdoctor-fix.json"  # in every folder fix writes: the files it wrote, so --force replaces only those
 
 
+# errors that are a loss the user may accept (`--allow-lossy`): an option or norm the engine does not
+# compute; every other error blocks the fix
+LOSS_CODES = ("lossy-config", "qk-norm-unsupported", *OPTION_CODES.values())
+
+
 class FixError(UserError):
-    """Why `fix` cannot proceed: unusable input, an unsafe destination, or a plan that cannot work."""
+    """Why `fix` cannot proceed: unusable input or an unsafe destination (exit 2)."""
+
+
+class FixBlocked(FixError):
+    """The fixed checkpoint would still carry error findings: nothing is written (exit 1)."""
+
+    def __init__(self, plan: "FixPlan", findings: list[F.Finding], lossy: bool):
+        self.plan, self.findings = plan, findings
+        what = ("the engine cannot compute what the draft was trained with" if lossy
+                else "no rewrite of names or config makes it serve correctly")
+        lines = [f"{f.code}: {f.message} (what you can do: {F.CODES[f.code].remedy})" for f in findings]
+        super().__init__(f"refused, nothing written: the fixed checkpoint would still carry {len(findings)} error "
+                         f"finding(s) for {plan.engine} ({what}): " + "; ".join(lines)
+                         + ("; pass --allow-lossy to write it anyway" if lossy else ""))
 
 
 @dataclass(frozen=True)
@@ -86,8 +108,9 @@ class FixPlan:
     tensors: list[TensorMove]
     config: ConfigRewrite
     files: list[FileCopy]
-    predicted: CoverageReport = field(repr=False)
+    predicted: CoverageReport = field(repr=False)  # `check`'s report on the result
     findings: list[F.Finding]
+    target_config: dict | None = field(repr=False, default=None)  # the target's config (fix --target)
 
     @property
     def renamed(self) -> list[TensorMove]:
@@ -103,15 +126,24 @@ class FixPlan:
 
     @property
     def lossy(self) -> list[F.Finding]:
-        return [f for f in self.findings if f.code == "lossy-config"]
+        """Errors that are losses `--allow-lossy` accepts (LOSS_CODES)."""
+        return [f for f in self.findings if f.severity == F.ERROR and f.code in LOSS_CODES]
 
     @property
     def blocking(self) -> list[F.Finding]:
         """Errors that stop `apply_fix` whatever the flags."""
-        return [f for f in self.findings if f.severity == F.ERROR and f.code != "lossy-config"]
+        return [f for f in self.findings if f.severity == F.ERROR and f.code not in LOSS_CODES]
 
     def can_apply(self, allow_lossy: bool = False) -> bool:
         return not self.blocking and (allow_lossy or not self.lossy)
+
+    def refusal(self, allow_lossy: bool = False) -> FixBlocked | None:
+        """Why `apply_fix` would refuse this plan (None: it would not)."""
+        if self.blocking:
+            return FixBlocked(self, self.blocking, lossy=False)
+        if self.lossy and not allow_lossy:
+            return FixBlocked(self, self.lossy, lossy=True)
+        return None
 
     def rows(self) -> list[dict]:
         """Plan rows (kind, old, new, reason): tensors, then config changes, then files."""
@@ -183,10 +215,12 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
 
 
 
-def plan_fix(src, engine) -> FixPlan:
+def plan_fix(src, engine, target=None) -> FixPlan:
     """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
-    'sglang==0.5.10'), from headers alone."""
+    'sglang==0.5.10'), from headers alone; `target` (folder or config.json): the target it serves with,
+    for the checks that need it."""
     engine = resolve_engine(engine)
+    target_config = read_target_config(target) if target is not None else None
     profile = engine.profile
     ckpt = open_checkpoint(src)
     fmt = config_format(ckpt.config)
@@ -210,13 +244,14 @@ def plan_fix(src, engine) -> FixPlan:
     moves = [TensorMove(t.name, renaming.names[t.name], t.file.name, t.dtype, t.shape, t.nbytes,
                         renaming.reasons[t.name])
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
-    predicted = replay(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine)
+    predicted = diagnose(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine,
+                         target_config=target_config)
     found = list(predicted.findings)
     found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves, predicted)
     return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
-                   rewrite, _other_files(ckpt), predicted, found)
+                   rewrite, _other_files(ckpt), predicted, found, target_config)
 
 
 def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, str]:
@@ -262,7 +297,8 @@ class Verification:
     bytes_checked: int
     mismatched: list[str]  # tensors whose bytes in DST differ from SRC
     header_problems: list[str]  # DST's re-read headers, config and index against the plan
-    coverage: CoverageReport | None = field(repr=False, default=None)
+    coverage: CoverageReport | None = field(repr=False, default=None)  # `check` on DST, with the plan's target
+    accepted_losses: tuple[str, ...] = ()  # LOSS_CODES the user accepted (--allow-lossy)
 
     @property
     def problems(self) -> list[str]:
@@ -270,7 +306,7 @@ class Verification:
         if self.coverage is None:
             out.append("DST could not be re-read")
         else:
-            out += [f"{f.code}: {f.message}" for f in self.coverage.errors]
+            out += [f"{f.code}: {f.message}" for f in self.coverage.errors if f.code not in self.accepted_losses]
         return out
 
     @property
@@ -363,11 +399,9 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
     folder under `force`).
     """
     dst = Path(dst)
-    if plan.blocking:
-        raise FixError("the fixed checkpoint would still not load completely in "
-                       f"{plan.engine}: " + "; ".join(f"{f.code}: {f.message}" for f in plan.blocking))
-    if plan.lossy and not allow_lossy:
-        raise FixError("; ".join(f.message for f in plan.lossy) + " (pass --allow-lossy to write it anyway)")
+    refused = plan.refusal(allow_lossy)
+    if refused:
+        raise refused
     check_destination(plan, dst, force)
     start = time.perf_counter()
     rewriter.sweep_killed_runs(dst)
@@ -392,7 +426,7 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         files = sorted(os.listdir(tmp))
         (tmp / MARKER).write_text(json.dumps({"written_by": "draftdoctor fix", "engine": plan.engine.spec,
                                               "files": files}, indent=1) + "\n", encoding="utf-8")
-        verification = _verify(plan, tmp, planned, mismatched)
+        verification = _verify(plan, tmp, planned, mismatched, allow_lossy)
         result = FixResult(plan, dst, False, len(plan.renamed), sum(len(p) for p in planned), len(plan.omitted),
                            sum(t.nbytes for p in planned for t in p), len(copied), 0.0, copier.method, verification)
         if verification.ok:
@@ -424,8 +458,10 @@ def _write_index(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]]
     (folder / INDEX_NAME).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
 
 
-def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mismatched: set[str]) -> Verification:
-    """Re-read DST's headers and check them against the plan and the byte comparison; replay the engine."""
+def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mismatched: set[str],
+            allow_lossy: bool) -> Verification:
+    """Re-read DST's headers and check them against the plan and the byte comparison; diagnose DST as
+    `check` does (with the plan's target)."""
     flat = [p for shard in planned for p in shard]
     mismatched = sorted(mismatched)
     problems = []
@@ -444,5 +480,6 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mis
     problems += [f"{name}: in DST's headers but not planned" for name in sorted(extra)]
     if written.config != plan.config.config:
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
-    coverage = replay(written, plan.engine)
-    return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage)
+    coverage = diagnose(written, plan.engine, target_config=plan.target_config)
+    return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage,
+                        LOSS_CODES if allow_lossy else ())

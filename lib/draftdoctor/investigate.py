@@ -15,8 +15,10 @@ from pathlib import Path
 
 from .errors import UserError
 from .runs import fixed_checkpoint, safe_name
+from .serving.bench import DraftMisfit
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+KERNEL_LOG = "kernels.log"  # in the run folder: what the notebooks' kernels wrote to stderr
 STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
 
 
@@ -96,8 +98,15 @@ def load_params(path) -> list[dict]:
 
 def run_step(step: str, params: dict, out_dir: Path, cell_timeout: float, notebooks: Path = NOTEBOOKS_DIR) -> Path:
     """Execute one notebook with the parameters it declares; returns the executed notebook's path."""
+    import logging
+
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError
+
+    # papermill logs a timeout or a failing cell itself ("Timeout waiting for execute reply"); the
+    # StepFailed raised below says it once, naming notebook and cell
+    logging.getLogger("papermill").addHandler(logging.NullHandler())
+    logging.getLogger("papermill").propagate = False
 
     source = notebooks / f"{step}.ipynb"
     declared = pm.inspect_notebook(str(source))
@@ -106,12 +115,28 @@ def run_step(step: str, params: dict, out_dir: Path, cell_timeout: float, notebo
     output = out_dir / f"{step}.ipynb"
     try:
         pm.execute_notebook(str(source), str(output), parameters=chosen, kernel_name="python3",
-                            cwd=str(notebooks), execution_timeout=cell_timeout, progress_bar=False)
+                            cwd=str(notebooks), execution_timeout=cell_timeout, progress_bar=False,
+                            kernel_manager_class=_kernel_manager(out_dir / KERNEL_LOG))
     except pm.PapermillExecutionError as e:
         raise StepFailed(f"{step}.ipynb", e.cell_index, f"{e.ename}: {e.evalue}", output) from None
     except CellTimeoutError:
         raise StepFailed(f"{step}.ipynb", _running_cell(output), f"timed out after {cell_timeout:.0f} s", output) from None
     return output
+
+
+def _kernel_manager(log_path: Path):
+    """nbclient's kernel manager, with the kernel's stderr in `log_path` instead of the user's terminal:
+    the kernel's own warnings ("Kernel is running over TCP without encryption", once per notebook) and
+    the tracebacks of a kernel stopped after a timeout are its tools' noise, not the kit's output.
+    (`_async_launch_kernel` is jupyter_client's documented override point for launching differently.)"""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            with open(log_path, "ab") as log:  # the kernel holds its own copy of the descriptor
+                await super()._async_launch_kernel(kernel_cmd, **(kw | {"stderr": log}))
+
+    return QuietKernelManager
 
 
 def _running_cell(executed: Path) -> int | None:
@@ -126,6 +151,17 @@ def _running_cell(executed: Path) -> int | None:
     return started[-1] if started else None
 
 
+def preflight(params: dict) -> None:
+    """Before any notebook kernel or server starts: the checkpoint must fit the target on the engine
+    (serving.bench.preflight, the same diagnosis as `check --target`); else DraftMisfit."""
+    from .engines import from_parameters
+    from .serving.bench import preflight as bench_preflight
+
+    if params.get("target"):
+        bench_preflight(params["target"], [(params["name"], params["checkpoint"])],
+                        from_parameters(params.get("engine", "sglang"), params.get("release")))
+
+
 def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float = 900.0, progress=None) -> RunResult:
     """Run the notebooks for one checkpoint into `out_dir` and write report.json / report.md."""
     from .report import write_report
@@ -135,6 +171,7 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
     result = RunResult(params["name"], out_dir)
     start = time.perf_counter()
     try:
+        preflight(params)
         for step in steps or STEPS:
             if progress:
                 progress(f"{params['name']}: {step}")
@@ -142,7 +179,7 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
             result.steps.append(step)
             if step == "04-apply-fix":  # step 05 serves what step 04 wrote
                 params = {**params, "fixed_checkpoint": fixed_checkpoint(out_dir)}
-    except StepFailed as e:
+    except (StepFailed, DraftMisfit) as e:
         result.error = str(e)
     result.seconds = time.perf_counter() - start
     result.report = write_report(out_dir, params, result.error)

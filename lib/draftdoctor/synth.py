@@ -70,11 +70,18 @@ def draft_tensors(shape: DraftShape, layout: str = "speculators", embed: bool | 
     tensors["norm.weight"] = ("F16", (s.hidden,))
     tensors["lm_head.weight"] = ("F16", (s.draft_vocab or s.vocab, s.hidden))
     if s.draft_vocab and s.draft_vocab < s.vocab:
-        tensors["d2t"] = ("I64", (s.draft_vocab,))
-        tensors["t2d"] = ("BOOL", (s.vocab,))
+        tensors["d2t"], tensors["t2d"] = vocab_map(s.vocab, s.draft_vocab)
     if layout == "prefixed":
         tensors = {(k if k.startswith("lm_head") else "model." + k): v for k, v in tensors.items()}
     return tensors
+
+
+def vocab_map(vocab: int, draft_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """A valid (d2t, t2d) pair: draft id i is target id i * (vocab // draft_vocab)."""
+    target_ids = np.arange(draft_vocab, dtype=np.int64) * (vocab // draft_vocab)
+    t2d = np.zeros(vocab, dtype=np.bool_)
+    t2d[target_ids] = True
+    return target_ids - np.arange(draft_vocab, dtype=np.int64), t2d
 
 
 def _layer_fields(shape: DraftShape) -> dict:
@@ -166,11 +173,6 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None, fill: s
 
 
 def _random_bytes(rng, name: str, dtype: str, shape, nbytes: int) -> bytes:
-    if dtype == "I64" and name.endswith("d2t"):  # a valid draft->target offset map
-        n = shape[0]
-        return (np.arange(n, dtype=np.int64) * 2 - np.arange(n, dtype=np.int64)).tobytes()
-    if dtype == "BOOL":
-        return (np.arange(shape[0]) % 2 == 0).astype(np.bool_).tobytes()
     if dtype in ("F16", "BF16"):
         # Chunked so that multi-GB tensors never sit in memory whole.
         return b"".join(

@@ -97,6 +97,10 @@ class Profile(ReleaseRange):
     # the input of target layer id + offset (SGLang adds 1; vLLM and speculators use ids as-is)
     aux_ids_from: tuple[str, ...] = (auxids.EAGLE_CONFIG,)
     aux_capture_offset: int = 1
+    # (first, last - N): the target layers whose input the engine can capture, for an N-layer target.
+    # SGLang captures at the start of decoder layers 1..N-1 (at layer 0 there is no residual yet: its
+    # `hidden_states + residual` fails); vLLM also at 0 (the embedding) and N (the last layer's output)
+    aux_capturable: tuple[int, int] = (1, -1)
     # (parameter suffix, dim): weights the loader pads with zeros or cuts to fit along that dim
     # instead of failing (SGLang's row- and merged-column-parallel loaders, `pad_or_narrow_weight`)
     resized_silently: tuple[tuple[str, int], ...] = ()
@@ -140,6 +144,11 @@ class Profile(ReleaseRange):
     def captured_layers(self, config: dict, n_layers: int) -> tuple[int, ...]:
         """Target layers whose input the engine captures as aux states for this draft config."""
         return auxids.captured_layers(config, n_layers, self.aux_ids_from, self.aux_capture_offset)
+
+    def capturable(self, n_layers: int | None) -> tuple[int, int | None]:
+        """(first, last) target layers whose input the engine can capture (last None: no target known)."""
+        first, from_end = self.aux_capturable
+        return first, (n_layers + from_end if n_layers else None)
 
 
 @dataclass(frozen=True)

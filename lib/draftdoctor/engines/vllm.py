@@ -45,6 +45,8 @@ _COMMON = dict(
     embed_from_target=False, from_target_when_absent=("embed", "lm_head"),
     config_formats=("flat", "speculators"),
     aux_capture_offset=0,
+    # LlamaModel.forward: `_maybe_add_hidden_state` before layer 0 and after each layer i (as i + 1)
+    aux_capturable=(0, 0),
     supports_norm_output=True, supports_norm_before_residual=True,
 )
 _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT, vocab_map_always=True,

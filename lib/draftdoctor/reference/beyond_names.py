@@ -8,7 +8,8 @@ training option:
   trained with `norm_before_residual: false`). The baseline.
 - aux ids at top level: the same with the ids left at the top level, as a hand-flattened config
   that kept speculators' field has them. SGLang reads only `eagle_config`, so it captures its
-  default layers [2, N//2, N-3] instead; `check` flags `aux-layer-ids`.
+  default layers [2, N//2, N-3] instead; on the demo's 6-layer target that is [2, 3, 3], two
+  distinct layers for an fc trained on three, and `check` flags `aux-layer-uncapturable`.
 - aux ids unconverted: the ids in `eagle_config` but in speculators' convention (not minus one),
   so SGLang captures one layer above each trained one. `check` cannot see this: a flat config
   does not say which convention its ids follow.
@@ -17,6 +18,9 @@ training option:
   normalised one it was trained with. `check` flags `norm-before-residual`.
 - nbr draft as trained: a control, the same weights computed with norm_before_residual (vLLM can;
   no SGLang release does), to show the draft itself is as good as the baseline.
+
+`trained_on_layer_zero` shows the case no rewrite can fix: a draft trained on the input of layer 0,
+which SGLang cannot capture (fix refuses it for SGLang, writes it for vLLM).
 
 `python -m draftdoctor.reference.beyond_names [DATA_DIR]` prints the table.
 """
@@ -117,6 +121,25 @@ def prepare(case: Case, data_dir: Path, workdir: Path, engine: str) -> Path:
         case.edit(config)
         config_path.write_text(json.dumps(config, indent=2) + "\n")
     return dst
+
+
+def trained_on_layer_zero(data_dir, workdir, engines) -> dict:
+    """`fix`'s plan, per engine, for the demo draft as if it had been trained on the inputs of target
+    layers 0, 1, 2 (speculators' top-level ids [0, 1, 2]; a copy under `workdir`). SGLang captures the
+    input of layer id + 1 at the start of layers 1..N-1, so no id it reads names layer 0's input: the
+    plan is refused (`plan.refusal()`) for SGLang and not for vLLM, which captures the embedding too."""
+    import shutil
+
+    from draftdoctor.fix import plan_fix
+
+    data_dir = Path(data_dir)
+    src = Path(workdir) / "trained-on-layer-0"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(data_dir / "draft-speculators", src)
+    config = json.loads((src / "config.json").read_text())
+    config[auxids.KEY] = [0, 1, 2]
+    (src / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return {engine: plan_fix(src, engine, target=data_dir / "target") for engine in engines}
 
 
 def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | None = None,

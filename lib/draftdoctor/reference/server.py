@@ -150,8 +150,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, "OK")
         elif self.path == "/health_generate":
-            self.engine.generate(self.engine.prompt_ids("health", 1)[0], 1)
-            self._send(200, "OK")
+            if self._generate(self.engine.prompt_ids("health", 1)[0], 1) is not None:
+                self._send(200, "OK")
         elif self.path in ("/server_info", "/get_server_info"):
             self._send(200, self.engine.server_info())
         elif self.path in ("/model_info", "/get_model_info"):
@@ -187,7 +187,19 @@ class Handler(BaseHTTPRequestHandler):
         if problem:
             self._error(400, problem)
             return
-        self._send(200, self.engine.generate(ids, max_new))
+        result = self._generate(ids, max_new)
+        if result is not None:
+            self._send(200, result)
+
+    def _generate(self, ids, max_new: int):
+        """The engine's answer, or None after a 500 naming what failed (a draft the target cannot feed),
+        logged on one line so that a client's error and the log both name the cause."""
+        try:
+            return self.engine.generate(ids, max_new)
+        except Exception as e:  # noqa: BLE001 - any engine failure is the server's answer, not a dropped socket
+            log(f"generate failed: {type(e).__name__}: {e}")
+            self._error(500, f"{type(e).__name__}: {e}")
+            return None
 
 
 def _parse_generate(request) -> tuple[str | None, str, int]:

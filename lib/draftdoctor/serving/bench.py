@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
-from .launcher import ServeConfig, free_port, serve, tail
+from .launcher import REFERENCE_DEFAULT_ENGINE, ServeConfig, cause, free_port, serve, tail
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
 from ..errors import UserError
@@ -23,6 +23,32 @@ from ..errors import UserError
 
 class BenchFailed(RuntimeError):
     """A measurement that failed midway (its server died or stopped answering): exit 1, not 2."""
+
+
+class DraftMisfit(BenchFailed):
+    """A draft that does not fit the target on the engine served or emulated, found before any
+    server started (`preflight`): exit 1."""
+
+
+def preflight(target, drafts: list[tuple[str, str]], engine) -> None:
+    """Stop before launching anything when a draft does not fit the target (vocabulary, hidden sizes,
+    aux layers the engine can capture): `diagnose.misfits`, the same diagnosis as `check --target`.
+    A target or draft that is not a local folder (a hub id on a GPU host) is checked as far as it can be."""
+    from ..checkpoint import CheckpointError
+    from ..diagnose import misfits
+
+    local_target = target if (Path(target) / "config.json").is_file() else None
+    for name, draft in drafts:
+        if not Path(draft).exists():
+            continue
+        try:
+            found = misfits(draft, engine, local_target)
+        except CheckpointError:
+            continue  # unreadable here; the server says why
+        if found:
+            raise DraftMisfit(f"{name} ({draft}) does not fit {'the target ' + str(target) if local_target else 'its target'} "
+                              f"on {engine}; nothing was launched: "
+                              + "; ".join(f"{f.code}: {f.message}" for f in found))
 
 
 MAX_PROMPTS_BYTES = 64 << 20
@@ -93,6 +119,8 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend."""
     engine = resolve_engine(engine) if engine is not None else None
+    # an SGLang release newer than the profiles is checked with the newest known rows
+    preflight(target, drafts, engine or resolve_engine("sglang" if backend == "sglang" else REFERENCE_DEFAULT_ENGINE))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     k = num_draft_tokens or num_steps + 1
@@ -111,11 +139,11 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
             except ClientError as e:
                 write_results(out_dir, runs)  # the drafts measured before this one are kept
                 code = server.process.poll()
-                last = next((line for line in reversed(tail(log_path, offset=server.log_offset)) if line.strip()), "")
+                why = cause(tail(log_path, 200, offset=server.log_offset))
                 raise BenchFailed(f"{name}: the {backend} server " + (f"exited with status {code}" if code is not None
-                                  else "stopped answering") + f" while measured ({e}); its log {log_path} ends: "
-                                  f"{last[:200]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
-                                                     if runs else "")) from None
+                                  else "failed requests") + f" while measured ({e}); its log {log_path} says: "
+                                  f"{why[:300]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
+                                                    if runs else "")) from None
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),
                                    release=engine.release if engine else None, num_draft_tokens=k)
         runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),

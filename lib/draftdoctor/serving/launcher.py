@@ -157,6 +157,16 @@ def tail(path: Path, lines: int = 20, offset: int = 0) -> list[str]:
     return list(deque(text.splitlines(), maxlen=lines))
 
 
+_ERROR_WORDS = ("Error", "Exception", "error:", "failed", "Traceback")
+
+
+def cause(lines: list[str]) -> str:
+    """The log line that most likely names why a server failed: the last one naming an error or
+    exception (a traceback's last line), else the last non-empty one."""
+    text = [line.strip() for line in lines if line.strip() and not set(line.strip()) <= set("-=")]
+    return next((line for line in reversed(text) if any(w in line for w in _ERROR_WORDS)), text[-1] if text else "")
+
+
 class Server:
     """A running server process group; use as a context manager to guarantee it is stopped."""
 
@@ -192,8 +202,9 @@ class Server:
         while True:
             code = self.process.poll()
             if code is not None:
-                raise ServerCrashed(f"server exited with status {code} before it was ready "
-                                    f"(log: {self.log_path})", tail(self.log_path, offset=self.log_offset))
+                lines = tail(self.log_path, 200, offset=self.log_offset)
+                raise ServerCrashed(f"server exited with status {code} before it was ready: {cause(lines)[:300]} "
+                                    f"(log: {self.log_path})", lines[-20:])
             if self._healthy() or READY_LINE in "\n".join(tail(self.log_path, 50, self.log_offset)):
                 return time.monotonic() - start
             now = time.monotonic()

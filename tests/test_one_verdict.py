@@ -1,0 +1,138 @@
+"""One verdict (issue 18): `fix` writes only what `check` then passes, and refuses the rest with the reason.
+
+The invariant is checked over a corpus of layouts, configs and defects, for one release of every
+engine profile row, with a target: whenever `fix` exits 0, `check --target` on its output exits 0.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from draftdoctor.cli import main
+from draftdoctor.engines import all_profiles
+from draftdoctor.synth import DraftShape
+
+H = 64
+
+
+def cli(capsys, *args):
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture
+def target(tmp_path):
+    """A target config that the synthetic drafts fit (8 layers, hidden 64, vocabulary 256)."""
+    folder = tmp_path / "target"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 8,
+        "hidden_size": H, "vocab_size": 256, "max_position_embeddings": 2048}))
+    return folder
+
+
+def test_a_draft_trained_on_layer_0s_input_is_refused_for_sglang_and_fixed_for_vllm(draft, target, tmp_path, capsys):
+    """speculators' top-level ids [0, 1, 2]: the input of layers 0, 1, 2. SGLang captures id + 1 at the
+    start of layers 1..N-1, so no id can name layer 0's input; vLLM captures it."""
+    src = edit_config(draft("speculators", shards=2), eagle_aux_hidden_state_layer_ids=[0, 1, 2])
+    out_dir = tmp_path / "fixed-sglang"
+    code, out, err = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--target", target, "--out", out_dir)
+    assert code == 1 and not err and not out_dir.exists()
+    assert out.startswith("refused: nothing written") and "aux-layer-uncapturable" in out
+    assert "target layer(s) [0]" in out and "retrain with other aux layer ids" in out
+    assert "(vLLM captures layer 0's input)" in out
+    assert not any(p.name.startswith(".fixed-sglang") for p in tmp_path.iterdir())  # no temporary left either
+    code, out, _ = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--out", out_dir)  # no target: the same
+    assert code == 1 and "aux-layer-uncapturable" in out and not out_dir.exists()
+
+    code, out, _ = cli(capsys, "fix", src, "--engine", "vllm==0.32.0", "--target", target, "--out", tmp_path / "fixed-vllm")
+    assert code == 0, out
+    verdict = out.splitlines()[-1]
+    code, checked, _ = cli(capsys, "check", tmp_path / "fixed-vllm", "--engine", "vllm==0.32.0", "--target", target)
+    assert code == 0 and verdict == checked.splitlines()[-1] and verdict.startswith("verdict: loads cleanly")
+
+
+def test_garbage_vocab_map_is_refused(draft, target, tmp_path, capsys):
+    garbage = np.random.default_rng(0).integers(-10**6, 10**6, size=128).astype(np.int64)
+    src = draft("speculators", extra={"d2t": garbage})
+    code, out, _ = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--target", target, "--out", tmp_path / "out")
+    assert code == 1 and "vocab-map-invalid" in out and "rebuild the vocabulary map" in out
+    assert not (tmp_path / "out").exists()
+    code, out, _ = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--plan")
+    assert code == 1 and "refused: nothing written" in out
+
+
+def test_fix_without_target_says_what_it_could_not_check(draft, tmp_path, capsys):
+    code, out, _ = cli(capsys, "fix", draft("speculators"), "--engine", "sglang==0.5.10", "--out", tmp_path / "out")
+    assert code == 0 and "INFO    not-checked: no --target" in out
+    assert out.splitlines()[-1].startswith("verdict: loads cleanly")
+
+
+CORPUS = {
+    "speculators": dict(layout="speculators"),
+    "speculators-flat": dict(layout="speculators", config="flat"),
+    "midlayer": dict(layout="midlayer"),
+    "midlayer-speculators-config": dict(layout="midlayer", config="speculators"),
+    "model-prefixed": dict(layout="prefixed"),
+    "sharded": dict(layout="speculators", shards=3),
+    "no-lm-head": dict(layout="midlayer", drop=("lm_head.weight",)),
+    "no-vocab-map": dict(layout="midlayer", drop=("d2t", "t2d")),
+    "full-vocab": dict(layout="speculators", shape=DraftShape(draft_vocab=None)),
+    "extra-fc-bias": dict(layout="midlayer", extra={"fc.bias": np.zeros(H, dtype=np.float16)}),
+    "two-layers": dict(layout="speculators", config="flat", shape=DraftShape(num_layers=2)),
+    "wrong-fc-shape": dict(layout="midlayer", extra={"fc.weight": np.zeros((H, 2 * H), dtype=np.float16)}),
+    "qk-norms": dict(layout="speculators", qk_norm=True),
+    "nan-weights": dict(layout="speculators", fill="nan"),
+    "other-target": dict(layout="speculators", shape=DraftShape(hidden=32, target_hidden=32, head_dim=8)),
+    "garbage-d2t": dict(layout="speculators", extra={"d2t": np.full(128, 10**6, dtype=np.int64)}),
+}
+CONFIG_EDITS = {
+    "ids-0-1-2": dict(eagle_aux_hidden_state_layer_ids=[0, 1, 2]),
+    "ids-past-the-end": dict(eagle_aux_hidden_state_layer_ids=[2, 4, 8]),
+    "norm-before-residual": dict(norm_before_residual=True),
+    "fc-norm": dict(fc_norm=True),
+}
+
+
+def corpus(draft):
+    cases = {name: draft(**spec) for name, spec in CORPUS.items()}
+    cases |= {name: edit_config(draft("speculators"), **edit) for name, edit in CONFIG_EDITS.items()}
+    cases["sglang-ids-only"] = draft("midlayer")  # flat, ids in eagle_config only
+    return cases
+
+
+def test_whenever_fix_succeeds_check_on_its_output_passes(draft, target, tmp_path, capsys):
+    engines = [f"{row.engine}=={row.last}" for row in all_profiles()]
+    outcomes = {}
+    (tmp_path / "out").mkdir()
+    for name, src in corpus(draft).items():
+        for engine in engines:
+            dst = tmp_path / "out" / f"{name}-{engine}"
+            code, out, err = cli(capsys, "fix", src, "--engine", engine, "--target", target, "--out", dst)
+            assert code in (0, 1), (name, engine, err)
+            outcomes[name, engine] = code
+            if code != 0:
+                assert not dst.exists(), (name, engine)
+                continue
+            checked, report, _ = cli(capsys, "check", dst, "--engine", engine, "--target", target)
+            assert checked == 0, f"{name} fixed for {engine} exits 0, but check says:\n{report}"
+            assert out.splitlines()[-1] == report.splitlines()[-1]  # fix's last line is check's verdict
+    # the corpus exercises both sides of the invariant, for every engine
+    for engine in engines:
+        codes = {outcomes[name, engine] for name in corpus_names()}
+        assert {0, 1} <= codes, (engine, codes)
+    assert outcomes["ids-0-1-2", "vllm==0.33.0"] == 0 and outcomes["ids-0-1-2", "sglang==0.5.23"] == 1
+    assert all(outcomes["garbage-d2t", e] == 1 and outcomes["other-target", e] == 1 for e in engines)
+
+
+def corpus_names():
+    return [*CORPUS, *CONFIG_EDITS, "sglang-ids-only"]
