@@ -256,7 +256,7 @@ def test_04_apply_fix_verifies_the_fixed_draft(page, lab):
     run_notebook(page, lab, "04-apply-fix.ipynb")
 
     text = cell(page, 4).locator(".jp-OutputArea").inner_text()
-    assert "problems: none" in text and "coverage after: loads cleanly" in text
+    assert "problems: none" in text and "check on the written draft: loads cleanly" in text
     fixed = json.loads((lab.root / "runs" / "scratch" / "fix.json").read_text())
     assert replay(open_checkpoint(lab.root / "notebooks" / fixed["dst"]), RELEASE).verdict.startswith("loads cleanly")
     show(cell(page, 4))
