@@ -26,12 +26,12 @@ def draft(tmp_path):
     return make
 
 
-def require_release(release: str) -> None:
-    """Skip unless SGLang `release` is installed for the real loader; in CI its absence is a failure."""
+def require_release(release: str, engine: str = "sglang") -> None:
+    """Skip unless `engine` `release` is installed for the real loader; in CI its absence is a failure."""
     from draftdoctor.realload import ReleaseNotInstalled, release_env
 
     try:
-        release_env(release)
+        release_env(release, engine)
     except ReleaseNotInstalled as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must install the real loaders: {exc}")

@@ -27,18 +27,38 @@ CORPUS = {
 }
 
 
-@pytest.mark.parametrize("release", realload.SUPPORTED_RELEASES)
-def test_replay_and_real_loader_agree(draft, release):
-    require_release(release)
-    folders = {name: draft(**spec) for name, spec in CORPUS.items()}
-    engine = f"sglang=={release}"
+VLLM_CORPUS = {
+    **CORPUS,
+    "no-decoder-layer": dict(layout="speculators", drop=tuple(f"layers.0.{m}" for m in (
+        "hidden_norm.weight", "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
+        "mlp.up_proj.weight", "mlp.down_proj.weight"))),
+    "no-embedding-no-head": dict(layout="speculators", drop=("embed_tokens.weight", "lm_head.weight"),
+                                 shape=DraftShape(draft_vocab=None)),
+    "full-vocab-with-d2t": dict(layout="speculators", shape=DraftShape(draft_vocab=None),
+                                extra={"d2t": np.zeros(256, dtype=np.int64)}),
+    "unknown-key": dict(layout="speculators", extra={"extra_head.weight": np.zeros((4, H), dtype=np.float16)}),
+    "fc-norm": dict(layout="speculators", extra={f"fc_norm.{i}.weight": np.ones(H, dtype=np.float16) for i in range(3)}),
+}
+RELEASES = [("sglang", r) for r in realload.SUPPORTED_RELEASES] + [("vllm", r) for r in realload.VLLM_RELEASES]
+
+
+@pytest.mark.parametrize("engine_name,release", RELEASES)
+def test_replay_and_real_loader_agree(draft, engine_name, release):
+    require_release(release, engine_name)
+    corpus = VLLM_CORPUS if engine_name == "vllm" else CORPUS
+    folders = {name: draft(**spec) for name, spec in corpus.items()}
+    engine = f"{engine_name}=={release}"
     reals = real_checks(list(folders.values()), engine)
     disagreements = []
     for (name, folder), real in zip(folders.items(), reals):
         played = replay(open_checkpoint(folder), engine)
         want = {p.name: p.status for p in played.params}
         got = {p.name: p.status for p in real.params}
-        if want != got:
+        # after a crash the server does not start whatever was written before it; which parameters
+        # vLLM had written by then depends on the order it places keys in, which the replay does not model
+        crashed = all({"loader-crash", "shape-mismatch"} & {f.code for f in r.errors} for r in (played, real))
+        if want != got and not (crashed and engine_name == "vllm"):
             diff = {n: (want.get(n), got.get(n)) for n in want.keys() | got.keys() if want.get(n) != got.get(n)}
             disagreements.append(f"{name}: parameter statuses (replay, real) differ: {diff}")
         codes_want = sorted({(f.code, f.severity) for f in played.findings})

