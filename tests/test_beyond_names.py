@@ -78,12 +78,14 @@ def test_aux_ids_at_top_level_cannot_run_on_a_six_layer_target(results):
     assert results["fixed draft"].capture == (1, 3, 4)
 
 
-def test_unconverted_aux_ids_cost_nothing_here(results):
-    """One layer up from each trained layer (2, 4, 5 for 1, 3, 4): on this tiny target it does not
-    lower acceptance (it is slightly higher), so no drop is claimed."""
+def test_unconverted_aux_ids_cost_little_here(results):
+    """One layer up from each trained layer (2, 4, 5 for 1, 3, 4): on this tiny target it lowers
+    acceptance a little (measured 3.09 -> 2.97 on 16 prompts), far less than a lost layer: the claim
+    the notebook makes, and no more."""
     fixed, off = results["fixed draft"], results["aux ids unconverted"]
     assert off.capture == (2, 4, 5)
-    assert off.measurement.step_accept_length >= fixed.measurement.step_accept_length - 0.05
+    loss = fixed.measurement.step_accept_length - off.measurement.step_accept_length
+    assert -0.05 <= loss <= 0.3, loss
 
 
 def test_summary_rows_feed_the_chart(results):

@@ -1,6 +1,7 @@
 """Notebooks: committed clean, documented parameters, and each one run headless with papermill."""
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -63,7 +64,7 @@ def test_investigate_the_demo_end_to_end(tmp_path, capfd):
     assert report["before"]["accept_length"] <= 1.05 and report["after"]["accept_length"] >= 2.0
     assert report["before"]["backend"] == "reference" and report["fix"]["ok"]
     md = (out / "report.md").read_text()
-    assert "Accept length 1.00 before the fix" in md and "acceptance.png" in md
+    assert re.search(r"Accept length 1\.0[0-5] before the fix", md) and "acceptance.png" in md
     for name in ("acceptance.png", "per_position.png", "throughput.png", "coverage.png"):
         assert (out / name).stat().st_size > 1000
     executed = nbformat.read(out / "05-relaunch-and-chart.ipynb", as_version=4)

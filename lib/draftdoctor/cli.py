@@ -285,6 +285,11 @@ def _serving_engine(args):
 
     if args.backend == "reference":
         return resolve_engine(args.engine or REFERENCE_DEFAULT_ENGINE), "reference backend (CPU; not SGLang itself)"
+    if args.backend == "vllm":
+        from .serving import vllm
+
+        engine = resolve_engine(args.engine) if args.engine else None
+        return engine, vllm.label(vllm.served_release()) + (f", each draft as {engine} loads it" if engine else "")
     if args.engine:
         engine = resolve_engine(args.engine)
         return engine, f"SGLang {engine.release}"
@@ -425,11 +430,13 @@ for _type, _name in ((_positive_int, "whole number (>= 1)"), (_positive_seconds,
 
 
 def _add_serving_arguments(p) -> None:
-    p.add_argument("--backend", choices=["reference", "sglang"], default="reference",
+    p.add_argument("--backend", choices=["reference", "sglang", "vllm"], default="reference",
                    help="reference: CPU EAGLE-3 server emulating an SGLang release; sglang: the real "
-                        "sglang.launch_server (GPU host)")
-    p.add_argument("--engine", help="SGLang release (sglang==X.Y.Z): to emulate (reference), or whose flags to "
-                                    "use (sglang; default: the installed release)")
+                        "sglang.launch_server (GPU host; not run here); vllm: real vLLM on the CPU "
+                        "(`make vllm-loaders` installs it)")
+    p.add_argument("--engine", help="SGLang release (sglang==X.Y.Z): to emulate (reference), whose flags to use "
+                                    "(sglang; default: the installed release), or whose load to serve on real vLLM "
+                                    "(vllm: each draft without the tensors that release's loader drops)")
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
                    help="reference backend: how the emulated release's loader is reproduced")
     p.add_argument("--num-steps", type=_positive_int, default=4, help="--speculative-num-steps")

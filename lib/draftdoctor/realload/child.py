@@ -17,7 +17,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
+from .common import Captured, Stages, error, free_port, fused_shards
 from .recorder import LoadRecorder
 
 # Checkpoints larger than this are built on the meta device: shapes, key resolution and weight-loader
@@ -42,25 +42,6 @@ _TARGET_STAND_IN = {
 }
 
 
-class _Captured(logging.Handler):
-    """Keeps warnings and errors logged while the checkpoint is read (SGLang's silence is evidence)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.stage = None
-        self.records = []
-
-    def emit(self, record):
-        self.records.append({"stage": self.stage, "level": record.levelname, "logger": record.name,
-                             "message": record.getMessage()})
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def set_up(adapter, scratch):
     """Stubs, adapter check, server args, a world-size-1 gloo group. Returns the ServerArgs.
     `scratch`: a folder that outlives the checks (holds the stand-in target's config)."""
@@ -75,7 +56,7 @@ def set_up(adapter, scratch):
     server_args = ServerArgs(model_path=str(scratch), device="cpu")
     adapter.publish_server_args(server_args)
     init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
-                                 distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                                 distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
     initialize_model_parallel()
     adapter.apply_cpu_flags()
     return server_args
@@ -84,29 +65,7 @@ def set_up(adapter, scratch):
 def _fused_shards(module):
     from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
 
-    if isinstance(module, QKVParallelLinear):
-        return ["q", "k", "v"]
-    if isinstance(module, MergedColumnParallelLinear):
-        return list(range(len(module.output_sizes)))
-    return None
-
-
-def _error(stage, exc, key=None):
-    frames = traceback.extract_tb(exc.__traceback__)
-    origin = frames[-1] if frames else None
-    return {
-        "stage": stage, "type": type(exc).__name__, "message": str(exc), "key": key,
-        "origin": f"{_short(origin.filename)}:{origin.lineno} in {origin.name}" if origin else None,
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
-
-
-def _short(filename):
-    """Path relative to its import root (sglang/..., transformers/...), not the machine's."""
-    for root in sorted((p for p in sys.path if p), key=len, reverse=True):
-        if filename.startswith(root.rstrip("/") + "/"):
-            return filename[len(root.rstrip("/")) + 1:]
-    return filename
+    return fused_shards(module, QKVParallelLinear, MergedColumnParallelLinear)
 
 
 def check(server_args, checkpoint, device):
@@ -120,15 +79,11 @@ def check(server_args, checkpoint, device):
 
     report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
               "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "logs": [], "timings": {}}
-    captured = _Captured()
+    captured = Captured()
     logging.getLogger().addHandler(captured)
-    state = {"stage": "config", "recorder": None, "t": time.perf_counter()}
-
-    def enter(stage):
-        now = time.perf_counter()
-        report["timings"][state["stage"]] = round(now - state["t"], 3)
-        state.update(stage=stage, t=now)
-        captured.stage = stage
+    stages = Stages(report["timings"], captured)
+    enter = stages.enter
+    state = {"recorder": None}
 
     original = DefaultModelLoader.load_weights_and_postprocess
 
@@ -149,7 +104,6 @@ def check(server_args, checkpoint, device):
         finally:
             del model.load_weights
 
-    captured.stage = "config"
     try:
         model_config = ModelConfig.from_server_args(server_args, model_path=str(checkpoint), is_draft_model=True)
         hf = model_config.hf_config
@@ -167,12 +121,12 @@ def check(server_args, checkpoint, device):
         report["postprocess"] = "done"
         enter("done")
     except Exception as exc:  # SGLang's failure is the finding: keep its type and message
-        if state["stage"] == "postprocess" and device == "meta":
+        if stages.current == "postprocess" and device == "meta":
             # Post-load processing needs real tensors; on meta only its refusal is known.
             report["postprocess"] = f"skipped on meta: {type(exc).__name__}: {exc}"
         else:
-            key = state["recorder"].abort() if state["stage"] == "load" else None
-            report["error"] = _error(state["stage"], exc, key)
+            key = state["recorder"].abort() if stages.current == "load" else None
+            report["error"] = error(stages.current, exc, key)
         enter("done")
     finally:
         DefaultModelLoader.load_weights_and_postprocess = original

@@ -24,7 +24,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -32,29 +31,11 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
+from .common import Captured, Stages, error, free_port, fused_shards
 from .recorder import LoadRecorder
 
 EXIT_ENVIRONMENT = 3
 STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
-
-
-class _Captured(logging.Handler):
-    """Warnings and errors vLLM logs while reading and loading (its silence is evidence too)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.stage = None
-        self.records = []
-
-    def emit(self, record):
-        self.records.append({"stage": self.stage, "level": record.levelname, "logger": record.name,
-                             "message": record.getMessage()})
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stand_in_target(draft_config: dict, layers: int) -> dict:
@@ -83,19 +64,7 @@ def set_up(release):
 def _fused_shards(module):
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
 
-    if isinstance(module, QKVParallelLinear):
-        return ["q", "k", "v"]
-    if isinstance(module, MergedColumnParallelLinear):
-        return list(range(len(module.output_sizes)))
-    return None
-
-
-def _error(stage, exc, key=None):
-    frames = traceback.extract_tb(exc.__traceback__)
-    origin = frames[-1] if frames else None
-    return {"stage": stage, "type": type(exc).__name__, "message": str(exc), "key": key,
-            "origin": f"{Path(origin.filename).name}:{origin.lineno} in {origin.name}" if origin else None,
-            "traceback": "".join(traceback.format_exception(exc))}
+    return fused_shards(module, QKVParallelLinear, MergedColumnParallelLinear)
 
 
 _DISTRIBUTED = {"ready": False}
@@ -116,16 +85,12 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
               "logs": [], "timings": {},
               # Eagle3LlamaForCausalLM.load_weights reads every key into a dict, then loads them
               "keys_collected_first": True}
-    captured = _Captured()
+    captured = Captured()
     for name in ("", "vllm"):  # vLLM's loggers do not propagate to the root
         logging.getLogger(name).addHandler(captured)
-    state = {"stage": "config", "recorder": None, "t": time.perf_counter(), "model": None}
-
-    def enter(stage):
-        now = time.perf_counter()
-        report["timings"][state["stage"]] = round(now - state["t"], 3)
-        state.update(stage=stage, t=now)
-        captured.stage = stage
+    stages = Stages(report["timings"], captured)
+    enter = stages.enter
+    state = {"recorder": None, "model": None}
 
     original = DefaultModelLoader.load_weights
 
@@ -147,7 +112,6 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
     folder = scratch / f"target-{len(list(scratch.iterdir()))}"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(target_config))
-    captured.stage = "config"
     try:
         engine_args = EngineArgs(model=str(folder), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
                                  max_model_len=256, seed=0,
@@ -163,15 +127,15 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
         with set_current_vllm_config(vllm_config):
             if not _DISTRIBUTED["ready"]:
                 init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                             distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                                             distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
                 initialize_model_parallel(1, 1)
                 _DISTRIBUTED["ready"] = True
             get_model(vllm_config=vllm_config, model_config=draft, load_config=get_draft_load_config(vllm_config))
         report["postprocess"] = "done"
         enter("done")
     except Exception as exc:  # vLLM's failure is the finding: keep its type and message
-        key = state["recorder"].abort() if state["stage"] == "load" and state["recorder"] else None
-        report["error"] = _error(state["stage"], exc, key)
+        key = state["recorder"].abort() if stages.current == "load" and state["recorder"] else None
+        report["error"] = error(stages.current, exc, key)
         enter("done")
     finally:
         DefaultModelLoader.load_weights = original

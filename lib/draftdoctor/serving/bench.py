@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
 from .launcher import REFERENCE_DEFAULT_ENGINE, ServeConfig, cause, free_port, serve, tail
+from . import vllm
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
 from ..errors import UserError
@@ -120,12 +123,15 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend."""
     engine = resolve_engine(engine) if engine is not None else None
     # an SGLang release newer than the profiles is checked with the newest known rows
-    preflight(target, drafts, engine or resolve_engine("sglang" if backend == "sglang" else REFERENCE_DEFAULT_ENGINE))
+    default = {"sglang": "sglang", "vllm": "vllm"}.get(backend, REFERENCE_DEFAULT_ENGINE)
+    preflight(target, drafts, engine or resolve_engine(default))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     k = num_draft_tokens or num_steps + 1
     runs = []
     for name, draft in drafts:
+        if backend == "vllm" and engine is not None:  # served on vLLM as `engine`'s loader leaves it
+            draft = str(vllm.as_loaded_by(draft, engine, out_dir / f"served-{name}"))
         config = ServeConfig(target=target, draft=draft, num_steps=num_steps, topk=topk, num_draft_tokens=k,
                              host=host, port=free_port(host), extra_args=list(extra_args or []))
         log_path = out_dir / f"server-{name}.log"
@@ -133,9 +139,10 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
             progress(f"{name}: starting the {backend} server")
         with serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs) as server:
             try:
-                result = run_bench(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
-                                   concurrency=concurrency, num_draft_tokens=k,
-                                   progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
+                measure = run_vllm_bench if backend == "vllm" else run_bench
+                result = measure(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
+                                 concurrency=concurrency, num_draft_tokens=k,
+                                 progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
             except ClientError as e:
                 write_results(out_dir, runs)  # the drafts measured before this one are kept
                 code = server.process.poll()
@@ -144,12 +151,40 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                                   else "failed requests") + f" while measured ({e}); its log {log_path} says: "
                                   f"{why[:300]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
                                                     if runs else "")) from None
+        if backend == "vllm":  # vLLM's counters are the server's own figure; its log line covers 10 s only
+            runs.append(BenchRun(result, backend, log_path, result.accept_length, None))
+            continue
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),
                                    release=engine.release if engine else None, num_draft_tokens=k)
         runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),
                              float(lines.accept_length.iloc[-1]) if len(lines) else None))
     write_results(out_dir, runs)
     return runs
+
+
+def run_vllm_bench(base_url: str, prompts: list[str], name: str = "draft", max_new_tokens: int = 64,
+                   concurrency: int = 1, num_draft_tokens: int | None = None, progress=None,
+                   timeout: float = 600.0) -> BenchResult:
+    """Send every prompt to vLLM (greedy completions, one at a time) and read its counters around the run."""
+    from .client import RequestResult
+
+    model = json.loads(urllib.request.urlopen(base_url + "/v1/models", timeout=10).read())["data"][0]["id"]
+    before = vllm.read_counters(base_url)
+    start = time.perf_counter()
+    requests = []
+    for done, prompt in enumerate(prompts, 1):
+        answer = vllm.complete(base_url, model, prompt, max_new_tokens, timeout)
+        requests.append(RequestResult(prompt, answer["completion_tokens"], None, answer["latency_s"], text=answer["text"]))
+        if progress:
+            progress(done, len(prompts))
+    wall = time.perf_counter() - start
+    after = vllm.read_counters(base_url)
+    counts = {key: after[key] - before[key] for key in vllm.COUNTERS}
+    counts["per_position"] = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0.0)
+                              for i, a in enumerate(after["per_position"])]
+    return BenchResult(name=name, requests=requests, wall_s=wall, num_draft_tokens=num_draft_tokens,
+                       server_info={"backend": "vllm", "counters_before": before, "counters_after": after},
+                       spec_counts=counts)
 
 
 def write_results(out_dir: Path, runs: list[BenchRun]) -> None:

@@ -59,6 +59,9 @@ class BenchResult:
     wall_s: float
     num_draft_tokens: int | None
     server_info: dict = field(default_factory=dict)
+    # the engine's own counters over the run, where it keeps them per server, not per request (vLLM's
+    # /metrics): {"drafts" (verify steps), "draft_tokens", "accepted", "per_position": [...]}
+    spec_counts: dict | None = None
 
     @property
     def completion_tokens(self) -> int:
@@ -66,12 +69,16 @@ class BenchResult:
 
     @property
     def verify_steps(self) -> int | None:
+        if self.spec_counts is not None:
+            return int(self.spec_counts["drafts"])
         if any(r.verify_ct is None for r in self.requests):
             return None
         return sum(r.verify_ct for r in self.requests)
 
     @property
     def accepted_drafts(self) -> int | None:
+        if self.spec_counts is not None:
+            return int(self.spec_counts["accepted"])
         if any(r.accepted_drafts is None for r in self.requests):
             return None
         return sum(r.accepted_drafts for r in self.requests)
@@ -96,6 +103,9 @@ class BenchResult:
     @property
     def per_position(self) -> list[float] | None:
         """Acceptance at draft position i (1-based): share of verify steps accepting >= i drafts."""
+        if self.spec_counts is not None:
+            steps = self.spec_counts["drafts"]
+            return [c / steps for c in self.spec_counts["per_position"]] if steps else None
         hists = [r.accept_histogram for r in self.requests if r.accept_histogram]
         if not hists:
             return None
@@ -115,7 +125,8 @@ class BenchResult:
                 "wall_s": self.wall_s}
 
     def to_dict(self) -> dict:
-        return self.summary() | {"server_info": self.server_info, "request_log": [asdict(r) for r in self.requests]}
+        return self.summary() | {"server_info": self.server_info, "spec_counts": self.spec_counts,
+                                 "request_log": [asdict(r) for r in self.requests]}
 
 
 def _post(url: str, body: dict, timeout: float) -> dict:

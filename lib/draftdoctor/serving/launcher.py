@@ -1,9 +1,10 @@
 """Launch a speculative-decoding server, wait until it is ready, and stop it without orphans.
 
-One launcher for both backends: `sglang` runs the real `python -m sglang.launch_server` (GPU hosts
-only); `reference` runs draftdoctor's CPU reference server, which takes the same flags. The server
-runs in its own process group with its output in a log file. Readiness is `/health_generate`
-answering 200 or the "fired up" log line; a process that exits is a crash, a log that stops
+One launcher for three backends: `sglang` runs the real `python -m sglang.launch_server` (GPU hosts
+only; not run here); `reference` runs draftdoctor's CPU reference server, which takes the same flags;
+`vllm` runs real vLLM's OpenAI server on the CPU (draftdoctor.serving.vllm). The server runs in its
+own process group with its output in a log file. Readiness is the backend's health endpoint
+answering 200 (`/health_generate`, vLLM's `/health`) or its ready log line; a process that exits is a crash, a log that stops
 growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in CUDA-graph
 capture); both errors carry the last log lines. `stop()` sends SIGTERM to the whole group, then
 SIGKILL.
@@ -117,9 +118,9 @@ def launch_args(config: ServeConfig, release: str | None = None) -> list[str]:
 
 def server_command(backend: str, config: ServeConfig, engine=None, loader: str | None = None,
                    python: str | None = None) -> list[str]:
-    """The full argv for `backend` ('sglang' or 'reference'); `engine` (an Engine or a spec) is the
-    SGLang release served, or emulated by the reference backend (None: the newest flags, the
-    reference server's default release)."""
+    """The full argv for `backend` ('sglang', 'reference' or 'vllm'); `engine` (an Engine or a spec) is
+    the SGLang release served, or emulated by the reference backend (None: the newest flags, the
+    reference server's default release); vLLM serves the draft as it is."""
     python = python or sys.executable
     engine = resolve_engine(engine) if engine is not None else None
     release = engine.release if engine else None
@@ -128,7 +129,11 @@ def server_command(backend: str, config: ServeConfig, engine=None, loader: str |
     if backend == "reference":
         extra = (["--engine", engine.spec] if engine else []) + (["--loader", loader] if loader else [])
         return [python, "-m", "draftdoctor.reference.server", *launch_args(config, release), *extra]
-    raise ValueError(f"unknown backend {backend!r}: use 'sglang' or 'reference'")
+    if backend == "vllm":
+        from . import vllm
+
+        return vllm.server_command(config, python)
+    raise ValueError(f"unknown backend {backend!r}: use 'sglang', 'reference' or 'vllm'")
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -171,8 +176,10 @@ class Server:
     """A running server process group; use as a context manager to guarantee it is stopped."""
 
     def __init__(self, argv: list[str], log_path, host: str, port: int, env: dict | None = None,
-                 ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2):
+                 ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2,
+                 health_path: str = "/health_generate", ready_line: str = READY_LINE):
         self.argv, self.log_path = argv, Path(log_path)
+        self.health_path, self.ready_line = health_path, ready_line
         self.host, self.port, self.env = host, port, env
         self.ready_timeout, self.hang_timeout, self.poll = ready_timeout, hang_timeout, poll
         self.process: subprocess.Popen | None = None
@@ -205,7 +212,7 @@ class Server:
                 lines = tail(self.log_path, 200, offset=self.log_offset)
                 raise ServerCrashed(f"server exited with status {code} before it was ready: {cause(lines)[:300]} "
                                     f"(log: {self.log_path})", lines[-20:])
-            if self._healthy() or READY_LINE in "\n".join(tail(self.log_path, 50, self.log_offset)):
+            if self._healthy() or self.ready_line in "\n".join(tail(self.log_path, 50, self.log_offset)):
                 return time.monotonic() - start
             now = time.monotonic()
             current = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -223,7 +230,7 @@ class Server:
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.base_url + "/health_generate", timeout=5) as r:
+            with urllib.request.urlopen(self.base_url + self.health_path, timeout=5) as r:
                 return r.status == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False
@@ -288,6 +295,12 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, **server_kwargs) -> Server:
+    if backend == "vllm":
+        from . import vllm
+
+        server_kwargs = {"env": vllm.server_env(vllm.served_release()), "health_path": vllm.HEALTH_PATH,
+                         "ready_line": vllm.READY_LINE, **server_kwargs}
+        engine = None  # vLLM serves the draft as it is (bench makes the checkpoint for an engine's load)
     server = Server(server_command(backend, config, engine, loader), log_path, config.host, config.port,
                     **server_kwargs)
     try:

@@ -1,0 +1,74 @@
+"""What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) record the same way: the
+engine's logged warnings, its errors with their origin, a free port for the gloo process group."""
+
+import logging
+import socket
+import sys
+import traceback
+
+
+class Captured(logging.Handler):
+    """Keeps warnings and errors logged while the checkpoint is read (an engine's silence is evidence)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.stage = None
+        self.records = []
+
+    def emit(self, record):
+        self.records.append({"stage": self.stage, "level": record.levelname, "logger": record.name,
+                             "message": record.getMessage()})
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def error(stage, exc, key=None):
+    """What the engine raised, at which stage and key, and where (innermost frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    origin = frames[-1] if frames else None
+    return {
+        "stage": stage, "type": type(exc).__name__, "message": str(exc), "key": key,
+        "origin": f"{short_path(origin.filename)}:{origin.lineno} in {origin.name}" if origin else None,
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def short_path(filename):
+    """Path relative to its import root (sglang/..., vllm/...), not the machine's."""
+    for root in sorted((p for p in sys.path if p), key=len, reverse=True):
+        if filename.startswith(root.rstrip("/") + "/"):
+            return filename[len(root.rstrip("/")) + 1:]
+    return filename
+
+
+class Stages:
+    """The stage a check is in (config, build, load, postprocess, done) and each stage's seconds,
+    written into `timings`; the log capture is told the stage, so a warning says when it came."""
+
+    def __init__(self, timings: dict, captured: Captured, first: str = "config"):
+        import time
+
+        self._clock = time.perf_counter
+        self.timings, self.captured = timings, captured
+        self.current, self._since = first, self._clock()
+        captured.stage = first
+
+    def enter(self, stage: str) -> None:
+        now = self._clock()
+        self.timings[self.current] = round(now - self._since, 3)
+        self.current, self._since = stage, now
+        self.captured.stage = stage
+
+
+def fused_shards(module, qkv_class, merged_class):
+    """The shard ids a fused module expects (q/k/v, or 0/1 for gate/up), None for any other module;
+    both engines name their fused linear classes alike."""
+    if isinstance(module, qkv_class):
+        return ["q", "k", "v"]
+    if isinstance(module, merged_class):
+        return list(range(len(module.output_sizes)))
+    return None

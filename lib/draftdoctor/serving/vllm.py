@@ -1,0 +1,145 @@
+"""Real vLLM as a serving backend on the CPU (`--backend vllm`; field notes §12).
+
+The launcher starts `python -m vllm.entrypoints.openai.api_server` (`vllm serve` needs package
+metadata the CPU build does not have) from the release installed by `make vllm-loaders`, with the
+settings measured to work here (float32, eager, a small KV cache, one process). Requests go to
+`/v1/completions` (greedy); acceptance comes from vLLM's own counters on `/metrics`, read before
+and after a run: drafts (verify steps), draft tokens, accepted tokens, accepted per position.
+
+`as_loaded_by` makes the checkpoint that stands for another engine's load on vLLM: only the tensors
+that engine's loader places (its replay), under the config vLLM reads for the same computation
+(`configs.rewrite_config`: aux ids restated so vLLM captures the layers that engine captures).
+vLLM then leaves the rest at their initial values: its own silent path for a missing key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ..errors import UserError
+
+HEALTH_PATH = "/health"
+READY_LINE = "Application startup complete."
+# what worked on these CPUs (field notes §12): float32 (bf16 changes greedy output), no CUDA graphs
+# or compilation, a 1 GB KV cache, the engine in the API server's process (7 s start-up, not 25-47)
+SERVER_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--seed", "0")
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1",
+              "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total", "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+            "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+class VllmNotInstalled(UserError):
+    pass
+
+
+def served_release() -> str:
+    """The newest vLLM release installed under build/vllm (the one `--backend vllm` serves)."""
+    from ..realload import INSTALL_COMMANDS, VLLM_RELEASES, installed_releases
+
+    installed = installed_releases("vllm")
+    if not installed:
+        raise VllmNotInstalled(f"--backend vllm needs a vLLM release ({', '.join(VLLM_RELEASES)}); run "
+                               f"`{INSTALL_COMMANDS['vllm']}`")
+    return installed[-1]
+
+
+def label(release: str) -> str:
+    return f"vLLM {release} (real engine, CPU)"
+
+
+def server_command(config, python: str | None = None) -> list[str]:
+    """argv of vLLM's OpenAI server for `config` (a launcher.ServeConfig), EAGLE-3 with k draft tokens."""
+    argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", config.target,
+            "--host", config.host, "--port", str(config.port), *SERVER_FLAGS]
+    if config.draft is not None:
+        spec = {"method": "eagle3", "model": config.draft, "num_speculative_tokens": config.num_steps or 4}
+        argv += ["--speculative-config", json.dumps(spec)]
+    return argv + list(config.extra_args)
+
+
+def server_env(release: str) -> dict:
+    from ..realload import release_env
+
+    return dict(os.environ, PYTHONPATH=str(release_env(release, "vllm")), **SERVER_ENV)
+
+
+def read_counters(base_url: str, timeout: float = 10.0) -> dict:
+    """vLLM's speculative-decoding counters from `/metrics` (summed over engines)."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    return parse_counters(text)
+
+
+def parse_counters(text: str) -> dict:
+    """{"drafts", "draft_tokens", "accepted": float, "per_position": [accepted at position 0, 1, ...]}
+    from Prometheus text."""
+    out = {name: 0.0 for name in COUNTERS}
+    per_position: dict[int, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        metric, _, value = line.rpartition(" ")
+        name = metric.split("{", 1)[0]
+        for key, counter in COUNTERS.items():
+            if name == counter:
+                out[key] += float(value)
+        if name == PER_POSITION:
+            position = re.search(r'position="(\d+)"', metric)
+            if position:
+                per_position[int(position.group(1))] = per_position.get(int(position.group(1)), 0.0) + float(value)
+    out["per_position"] = [per_position[i] for i in sorted(per_position)]
+    return out
+
+
+def complete(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float = 600.0) -> dict:
+    """One greedy `/v1/completions` request: {"text", "completion_tokens", "latency_s"}."""
+    from .client import ClientError
+
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+    request = urllib.request.Request(base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            answer = json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise ClientError(f"{base_url}/v1/completions answered {e.code}: {e.read()[:300].decode(errors='replace')}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ClientError(f"{base_url}/v1/completions: {e}") from None
+    return {"text": answer["choices"][0]["text"], "completion_tokens": answer["usage"]["completion_tokens"],
+            "latency_s": time.perf_counter() - start}
+
+
+def as_loaded_by(draft, engine, dst) -> Path:
+    """Write to `dst` the draft as `engine`'s loader leaves it, to be served on vLLM: the tensors its
+    loader places (its replay: loaded or derived keys), under the config vLLM reads for the same
+    computation. Returns `dst`."""
+    from ..checkpoint import CONFIG_NAME, INDEX_NAME, open_checkpoint
+    from ..configs import rewrite_config
+    from ..coverage import DERIVED, LOADED, replay
+    from ..engines import resolve_engine
+    from .. import rewriter
+
+    ckpt = open_checkpoint(draft)
+    placed = {k.key for k in replay(ckpt, engine).keys if k.status in (LOADED, DERIVED)}
+    names = {name: name if name in placed else None for name in ckpt.tensors}
+    dst = Path(dst)
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    copier = rewriter.Copier()
+    written = [rewriter.write_shard(shard, names, dst, copier, None)[0] for shard in ckpt.shards]
+    if ckpt.index is not None:
+        weight_map = {t.name: t.dst.name for shard in written for t in shard}
+        (dst / INDEX_NAME).write_text(json.dumps({**ckpt.index, "weight_map": weight_map}, indent=2))
+    config = rewrite_config(ckpt.config, resolve_engine("vllm").profile).config
+    (dst / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+    return dst
