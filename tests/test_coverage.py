@@ -213,10 +213,14 @@ def test_config_missing_or_wrong_architecture(draft):
 
     folder = draft("midlayer")
     config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["LlamaForCausalLM"]
+    config["architectures"] = ["MistralForCausalLMEagle"]  # an EAGLE-2 class, not EAGLE-3
     (folder / "config.json").write_text(json.dumps(config))
     report = check(folder, "sglang==0.5.10")
     assert "config-unreadable" in codes(report) and "are not supported" in report.verdict
+    # a target's class is built, then fails to load (SGLang's own loaders: tests/test_differential.py)
+    (folder / "config.json").write_text(json.dumps(config | {"architectures": ["LlamaForCausalLM"]}))
+    report = check(folder, "sglang==0.5.10")
+    assert "loader-crash" in codes(report) and report.verdict.startswith("the server will not start")
 
 
 def test_null_target_hidden_size_crashes(draft):

@@ -136,3 +136,19 @@ def test_whenever_fix_succeeds_check_on_its_output_passes(draft, target, tmp_pat
 
 def corpus_names():
     return [*CORPUS, *CONFIG_EDITS, "sglang-ids-only"]
+
+
+def test_the_eagle_repos_plain_llama_architecture(draft, target, tmp_path, capsys):
+    """The EAGLE repo publishes drafts with `architectures: ["LlamaForCausalLM"]`: vLLM rewrites the
+    name to Eagle3LlamaForCausalLM for method eagle3 and loads it; SGLang builds a plain Llama and
+    fails; fix writes SGLang's class name. (tests/test_differential.py proves both with the real loaders.)"""
+    src = edit_config(draft("midlayer"), architectures=["LlamaForCausalLM"])
+    code, out, _ = cli(capsys, "check", src, "--engine", "vllm==0.32.0", "--target", target)
+    # readable; what is left is that vLLM >= 0.23 reads no ids from eagle_config (fix moves them)
+    assert "config-unreadable" not in out and "loads cleanly" not in out and "aux-layer-ids" in out
+    code, out, _ = cli(capsys, "fix", src, "--engine", "vllm==0.32.0", "--target", target, "--out", tmp_path / "v")
+    assert code == 0, out
+    code, out, _ = cli(capsys, "check", src, "--engine", "sglang==0.5.10", "--target", target)
+    assert code == 1 and "loader-crash" in out and "builds a plain LlamaForCausalLM" in out
+    code, out, _ = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--target", target, "--out", tmp_path / "f")
+    assert code == 0 and json.loads((tmp_path / "f" / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]

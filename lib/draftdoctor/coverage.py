@@ -361,7 +361,16 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
                 f"`draftdoctor fix --engine {profile.engine}=={release}` writes the flat config it reads",
             )
     architectures = config.get("architectures") or []
-    if fmt == FLAT and not set(architectures) & set(profile.architectures):
+    looked_up = profile.registry_names(architectures)
+    if fmt == FLAT and set(looked_up) & set(profile.plain_architectures) and not set(looked_up) & set(profile.architectures):
+        return F.finding(
+            "loader-crash",
+            f"{where}: architectures {architectures} name a target model, not an EAGLE-3 draft: {profile.engine} "
+            f"builds a plain {looked_up[0]}, which has no fc and no draft layer, and its load fails (at lm_head "
+            f"with SGLang's own loader); `draftdoctor fix --engine {profile.engine}=={release}` writes "
+            f"{profile.architectures[0]}",
+        )
+    if fmt == FLAT and not set(looked_up) & set(profile.architectures):
         return F.finding(
             "config-unreadable",
             f"{where}: \"Model architectures {architectures} are not supported\" by {profile.engine} "

@@ -122,6 +122,13 @@ class Profile(ReleaseRange):
     from_target_when_absent: tuple[str, ...] = ()
     # substrings of names the "always" prefix rule looks up as they are (the head lives outside `model.`)
     unprefixed: tuple[str, ...] = ("lm_head",)
+    # how the engine rewrites a draft config's `architectures` before the registry lookup: a name that
+    # neither starts nor ends with this gets it prefixed (vLLM for method eagle3: LlamaForCausalLM ->
+    # Eagle3LlamaForCausalLM, `transformers_utils/configs/eagle.py`); None: names are looked up as written
+    architecture_prefix: str | None = None
+    # target-model classes the registry builds when a draft config names them (the EAGLE repo's
+    # published drafts say LlamaForCausalLM): not a draft, so the draft's load fails
+    plain_architectures: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -131,6 +138,11 @@ class Profile(ReleaseRange):
         """Whether the engine computes one of speculators' draft options (configs.DRAFT_OPTIONS)."""
         return {"norm_before_residual": self.supports_norm_before_residual, "norm_before_fc": self.supports_input_norm,
                 "fc_norm": self.supports_fc_norm, "norm_output": self.supports_norm_output}[option]
+
+    def registry_names(self, architectures) -> list[str]:
+        """The `architectures` of a flat draft config as the engine looks them up in its registry."""
+        p = self.architecture_prefix
+        return [a if not p or a.startswith(p) or a.endswith(p) else p + a for a in architectures]
 
     def lookup_names(self, name: str) -> list[str]:
         """The parameter names `load_weights` tries for a (renamed) key, in order."""

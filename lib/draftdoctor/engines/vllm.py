@@ -47,6 +47,7 @@ _COMMON = dict(
     aux_capture_offset=0,
     # LlamaModel.forward: `_maybe_add_hidden_state` before layer 0 and after each layer i (as i + 1)
     aux_capturable=(0, 0),
+    architecture_prefix="Eagle3",  # EAGLEConfig for method eagle3 (0.22.0-0.32.0 read)
     supports_norm_output=True, supports_norm_before_residual=True,
 )
 _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT, vocab_map_always=True,
