@@ -69,15 +69,19 @@ def cmd_inspect(args, out) -> int:
 def _inspect(args, out) -> int:
     from .checkpoint import open_checkpoint
     from .layouts import detect_layout
+    from .provenance import recognise
     from .tables import human_bytes, module_totals, shape_texts, tensor_columns
 
     ckpt = open_checkpoint(args.path)
     table = tensor_columns(ckpt)
     layout = detect_layout(ckpt.tensors, ckpt.config)
+    found = recognise(ckpt.tensors, ckpt.config)
     if args.format == "json":
         # json.dumps, compact: json.dump, or an indent, encode in Python, 10x slower for 10^5 tensors
         out.write(json.dumps({"path": str(ckpt.path), "files": [str(s.path) for s in ckpt.shards],
                               "layout": {"name": layout.name, "evidence": list(layout.evidence)},
+                              "architecture": found.architecture, "trainer": found.trainer,
+                              "provenance_evidence": list(found.evidence),
                               "tensors": [dict(zip(table, row)) for row in zip(*table.values())],
                               "total_bytes": ckpt.total_bytes}, separators=(",", ":")) + "\n")
         return EXIT_OK
@@ -100,6 +104,8 @@ def _inspect(args, out) -> int:
     _text_columns([names, dtypes, shape_cells, sizes, files], ["name", "dtype", "shape", "bytes", "file"], out)
     out.write(f"\n{len(shapes)} tensors, {human_bytes(ckpt.total_bytes)} in {len(ckpt.shards)} file(s)\n")
     out.write(f"layout: {layout.name}\n" + "".join(f"  - {_safe(e)}\n" for e in layout.evidence))
+    out.write(f"draft: {found.architecture}, most likely written by {found.trainer}\n"
+              + "".join(f"  - {_safe(e)}\n" for e in found.evidence))
     return EXIT_OK
 
 
