@@ -226,13 +226,15 @@ def _print_refusal(refused, out) -> None:
     """Why fix writes nothing: each error finding the result would carry, and what the user can do."""
     from .findings import CODES
 
-    out.write(f"refused: nothing written. The fixed checkpoint would still carry {len(refused.findings)} error "
-              f"finding(s) for {refused.plan.engine}:\n")
+    out.write(f"refused: nothing written. The fixed checkpoint would still carry {len(refused.findings)} "
+              f"finding(s) for {refused.plan.engine} that stop it:\n")
     for f in refused.findings:
-        out.write(f"ERROR   {f.code}: {_safe(f.message)}\n        what you can do: {CODES[f.code].remedy}\n")
+        out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n        what you can do: {CODES[f.code].remedy}\n")
     if refused.plan.lossy and not refused.plan.blocking:
         out.write("pass --allow-lossy to write it anyway (the loss is then yours to accept)\n")
-    out.write(f"verdict (check on the result): {_safe(refused.plan.predicted.verdict)}\n")
+    unmodelled = [f for f in refused.findings if f.code == "replay-not-modelled"]
+    verdict = f"not checked: {unmodelled[0].message}" if unmodelled else refused.plan.predicted.verdict
+    out.write(f"verdict (check on the result): {_safe(verdict)}\n")
 
 
 PROGRESS_MIN_BYTES = 256 << 20

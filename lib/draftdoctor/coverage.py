@@ -210,6 +210,9 @@ def coverage_findings(report: CoverageReport) -> list[F.Finding]:
 
 def verdict(report: CoverageReport) -> str:
     """One line a user can act on."""
+    unmodelled = [f for f in report.findings if f.code == "replay-not-modelled"]
+    if unmodelled:
+        return f"not checked: {unmodelled[0].message}"
     crash = [f for f in report.findings if f.code in ("loader-crash", "shape-mismatch")]
     if crash:
         return f"the server will not start: {crash[0].message}"
@@ -362,6 +365,13 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
             )
     architectures = config.get("architectures") or []
     looked_up = profile.registry_names(architectures)
+    unmodelled = [a for a in looked_up if a in profile.unmodelled_classes]
+    if fmt == FLAT and unmodelled:
+        return F.finding(
+            "replay-not-modelled",
+            f"{profile.engine} {release} builds {unmodelled[0]} for this draft, a draft class the replay does not "
+            f"model; `--loader real` runs the engine's own loader (SGLang 0.5.23, vLLM 0.32.0)",
+        )
     if fmt == FLAT and set(looked_up) & set(profile.plain_architectures) and not set(looked_up) & set(profile.architectures):
         return F.finding(
             "loader-crash",
@@ -409,9 +419,9 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     blocking = config_problem(profile, release, checkpoint, dims)
     if blocking is not None:
         findings.append(blocking)
-    crashed = blocking is not None and blocking.code == "loader-crash"
+    crashed = blocking is not None and blocking.code in ("loader-crash", "replay-not-modelled")
     if crashed:
-        params = {}  # the engine fails while building the draft: no parameter exists
+        params = {}  # the engine fails while building the draft (or builds a class not modelled here)
     for key in _iteration_order(checkpoint):
         t = checkpoint.tensors[key]
         if crashed:

@@ -66,6 +66,12 @@ CODES = {
         "two checkpoint tensors would get the same name, or load into the same parameter; one would overwrite the other",
         "remove the duplicate tensor from the source checkpoint",
     ),
+    "replay-not-modelled": Code(
+        WARNING,
+        "the engine builds a draft class (MLA, Qwen3 with q/k norms) whose loading the replay does not model: "
+        "nothing about the weights was checked",
+        "`draftdoctor check --loader real` (SGLang 0.5.23, vLLM 0.32.0 run their own loaders here)",
+    ),
     # --- beyond names (draftdoctor.checks) ---
     "not-checked": Code(
         INFO,

@@ -36,7 +36,7 @@ from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, C
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .checks import OPTION_CODES, read_target_config
-from .coverage import CoverageReport, draft_dims
+from .coverage import CoverageReport, draft_dims, replay
 from .diagnose import diagnose
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
@@ -131,16 +131,18 @@ class FixPlan:
 
     @property
     def blocking(self) -> list[F.Finding]:
-        """Errors that stop `apply_fix` whatever the flags."""
-        return [f for f in self.findings if f.severity == F.ERROR and f.code not in LOSS_CODES]
+        """Errors that stop `apply_fix` whatever the flags, and a draft class fix cannot verify."""
+        return [f for f in self.findings if f.severity == F.ERROR and f.code not in LOSS_CODES
+                or f.code == "replay-not-modelled"]
 
     def can_apply(self, allow_lossy: bool = False) -> bool:
         return not self.blocking and (allow_lossy or not self.lossy)
 
     def refusal(self, allow_lossy: bool = False) -> FixBlocked | None:
         """Why `apply_fix` would refuse this plan (None: it would not)."""
-        if self.blocking:
-            return FixBlocked(self, self.blocking, lossy=False)
+        if self.blocking:  # for a class the replay does not model, the rest of its findings are guesses
+            unmodelled = [f for f in self.blocking if f.code == "replay-not-modelled"]
+            return FixBlocked(self, unmodelled or self.blocking, lossy=False)
         if self.lossy and not allow_lossy:
             return FixBlocked(self, self.lossy, lossy=True)
         return None
@@ -235,6 +237,8 @@ def plan_fix(src, engine, target=None) -> FixPlan:
     except (TypeError, ValueError, AttributeError) as e:
         raise FixError(f"{ckpt.config_path}: cannot rewrite it for {profile.engine} ({e})") from None
     layout = detect_layout(ckpt.tensors, ckpt.config)
+    # a draft class the replay does not model (MLA, Qwen3): no rewrite of it could be verified
+    unmodelled = [f for f in replay(ckpt, engine).findings if f.code == "replay-not-modelled"]
     try:
         dims = draft_dims(Checkpoint(ckpt.path, ckpt.shards, ckpt.tensors, rewrite.config))
     except CheckpointError as e:
@@ -246,7 +250,7 @@ def plan_fix(src, engine, target=None) -> FixPlan:
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
     predicted = diagnose(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine,
                          target_config=target_config)
-    found = list(predicted.findings)
+    found = unmodelled + list(predicted.findings)
     found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves, predicted)

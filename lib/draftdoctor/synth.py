@@ -217,3 +217,48 @@ def write_shards(folder: Path, tensors: dict, shards: int, fill: str = "random",
             weight_map[n] = file
             total += v.nbytes if isinstance(v, np.ndarray) else int(np.prod(v[1])) * DTYPE_BYTES[v[0]]
     (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+
+
+def write_mla_draft(folder, drop: tuple[str, ...] = (), shape: DraftShape = DraftShape(), q_lora_rank: int = 48,
+                    kv_lora_rank: int = 32, qk_nope_head_dim: int = 32, qk_rope_head_dim: int = 16,
+                    v_head_dim: int = 32) -> Path:
+    """A tiny MLA EAGLE-3 draft (`Eagle3DeepseekV2ForCausalLM`, as ModelOpt exports them for Kimi and
+    DeepSeek targets): speculators-style `layers.0.*` keys with DeepSeek-V2 attention projections, a
+    flat DeepSeek-V2 config with yarn rope (SGLang's CPU rope for MLA requires rope scaling)."""
+    s = shape
+    H, nh, I = s.hidden, s.heads, s.intermediate
+
+    def t(*dims):
+        return ("F16", dims)
+
+    L = "layers.0."
+    tensors = {
+        "fc.weight": t(H, len(s.aux_layer_ids) * s.target_hidden), "norm.weight": t(H),
+        "lm_head.weight": t(s.draft_vocab or s.vocab, H),
+        f"{L}hidden_norm.weight": t(H), f"{L}input_layernorm.weight": t(H), f"{L}post_attention_layernorm.weight": t(H),
+        f"{L}self_attn.q_a_proj.weight": t(q_lora_rank, 2 * H), f"{L}self_attn.q_a_layernorm.weight": t(q_lora_rank),
+        f"{L}self_attn.q_b_proj.weight": t(nh * (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank),
+        f"{L}self_attn.kv_a_proj_with_mqa.weight": t(kv_lora_rank + qk_rope_head_dim, 2 * H),
+        f"{L}self_attn.kv_a_layernorm.weight": t(kv_lora_rank),
+        f"{L}self_attn.kv_b_proj.weight": t(nh * (qk_nope_head_dim + v_head_dim), kv_lora_rank),
+        f"{L}self_attn.o_proj.weight": t(H, nh * v_head_dim),
+        f"{L}mlp.gate_proj.weight": t(I, H), f"{L}mlp.up_proj.weight": t(I, H), f"{L}mlp.down_proj.weight": t(H, I),
+    }
+    if s.draft_vocab and s.draft_vocab < s.vocab:
+        tensors["d2t"], tensors["t2d"] = vocab_map(s.vocab, s.draft_vocab)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_shards(folder, {k: v for k, v in tensors.items() if k not in drop}, 1)
+    config = {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": H,
+        "intermediate_size": I, "num_attention_heads": nh, "num_key_value_heads": nh, "num_hidden_layers": 1,
+        "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
+        "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim, "vocab_size": s.vocab,
+        "draft_vocab_size": s.draft_vocab, "target_hidden_size": s.target_hidden, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "float16", "tie_word_embeddings": False,
+        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 2048,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+        auxids.KEY: list(s.aux_layer_ids),
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder

@@ -129,6 +129,9 @@ class Profile(ReleaseRange):
     # target-model classes the registry builds when a draft config names them (the EAGLE repo's
     # published drafts say LlamaForCausalLM): not a draft, so the draft's load fails
     plain_architectures: tuple[str, ...] = ()
+    # other EAGLE-3 draft classes the release registers (MLA, Qwen3 with q/k norms) whose loading the
+    # replay does not model: it says so instead of guessing; the real loader runs them
+    unmodelled_classes: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:

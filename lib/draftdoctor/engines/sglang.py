@@ -55,6 +55,8 @@ PROFILES = [
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
         fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
         supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
+        # kimi_k25_eagle3.py: in 0.5.23, not in 0.5.11 (their own loaders); 0.5.12-0.5.22 not read yet
+        unmodelled_classes=("Eagle3DeepseekV2ForCausalLM",),
         **_COMMON,
     ),
 ]

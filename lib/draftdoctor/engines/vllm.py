@@ -55,12 +55,20 @@ _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT
 # AutoWeightsLoader.load_weights: "Ignore unexpected biases"
 _AUTO_LOADER = dict(on_unmatched=_NO_PARAMETER, on_unmatched_stacked=_NO_PARAMETER, unmatched_skipped_suffixes=(".bias",))
 
+# registry.py: deepseek_eagle3 (MLA) in every release read (0.22.0, 0.26.0, 0.30.0, 0.32.0);
+# qwen3_eagle3 in 0.26.0 and later, not in 0.22.0 (0.23-0.25 not read: counted from 0.25.0)
+_MLA = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+_MLA_QWEN3 = (*_MLA, "Eagle3Qwen3ForCausalLM")
+
 PROFILES = [
-    Profile(first="0.22.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), **_DICT_LOADER, **_COMMON),
-    Profile(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), **_DICT_LOADER, **_COMMON),
-    # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
-    Profile(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True, **_AUTO_LOADER,
+    Profile(first="0.22.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA,
+            **_DICT_LOADER, **_COMMON),
+    Profile(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER,
             **_COMMON),
+    # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
+    Profile(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
+            unmodelled_classes=_MLA_QWEN3, **_AUTO_LOADER, **_COMMON),
     # ... and from 0.30.0 only `if self.config.draft_vocab_size != target_vocab_size`
-    Profile(first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,), **_AUTO_LOADER, **_COMMON),
+    Profile(first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA_QWEN3, **_AUTO_LOADER,
+            **_COMMON),
 ]

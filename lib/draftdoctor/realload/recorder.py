@@ -21,6 +21,7 @@ _SENTINELS = {
     torch.float32: (torch.int32, 0x7FC5A5A5),
     torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
 }
+PENDING_BYTES = 1 << 30  # unconsumed keys kept for the fused-write check, at most
 # Weight-loader names a model's load_weights falls back to when a parameter has no `weight_loader`.
 _FALLBACK_LOADERS = ("default_weight_loader",)
 
@@ -56,6 +57,7 @@ class LoadRecorder:
         self._attrs_before = None
         self._name_of = {id(p): n for n, p in self.params.items()}
         self._by_tensor = {}  # id of a yielded tensor -> its key's entry
+        self._pending, self._pending_bytes = [], 0  # unconsumed keys' (entry, tensor), for fused writes
         self._saved = []  # (module globals, {name: original loader})
 
     # -- instrumentation -------------------------------------------------------------------------
@@ -99,6 +101,9 @@ class LoadRecorder:
             write["ok"] = True
             if entry is not None:  # only a write that succeeded consumes the key
                 entry["targets"].append(name)
+            for earlier in self._parts_of(loaded_weight, entry):
+                earlier["targets"].append(name)
+                self.writes[name].append({"key": earlier["key"], "shard": None, "ok": True})
 
         recorded.__wrapped__ = loader
         return recorded
@@ -110,6 +115,7 @@ class LoadRecorder:
             self._current = {"key": name, "shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype),
                              "targets": [], "attributes": []}
             self.keys.append(self._current)
+            self._current["held"] = tensor  # until the key is done (see _finish_key)
             if self.hold_tensors:
                 self._by_tensor[id(tensor)] = self._current
                 self._current["tensor"] = tensor  # kept alive, so that its id names only it
@@ -124,12 +130,36 @@ class LoadRecorder:
         return {k: id(v) for k, v in vars(self.model).items() if not k.startswith("_") and isinstance(v, torch.Tensor)}
 
     def _finish_key(self):
-        """Called when the model asks for the next key: the previous one is done."""
+        """Called when the model asks for the next key: the previous one is done. A key nothing consumed
+        is kept aside (up to PENDING_BYTES), in case a later write carries it fused with another key."""
         if self._current is None:
             return
         after = self._attribute_ids()
         self._current["attributes"] = sorted(k for k, i in after.items() if self._attrs_before.get(k) != i)
+        tensor = self._current.pop("held", None)
+        if not self._current["targets"] and not self._current["attributes"] and tensor is not None:
+            if self._pending_bytes + tensor.nbytes <= PENDING_BYTES:
+                self._pending.append((self._current, tensor))
+                self._pending_bytes += tensor.nbytes
         self._current = None
+
+    def _parts_of(self, written, entry):
+        """Earlier, unconsumed keys whose tensor is a block of rows at the start or end of `written`: a
+        loader that concatenates two keys before writing (SGLang's MLA fuses q_a_proj and
+        kv_a_proj_with_mqa) has written both, told by their bytes."""
+        found = []
+        if not isinstance(written, torch.Tensor) or written.dim() == 0:
+            return found
+        for pending in list(self._pending):
+            other, tensor = pending
+            if other is entry or tensor.dim() != written.dim() or tensor.shape[1:] != written.shape[1:]:
+                continue
+            n = tensor.shape[0]
+            if n < written.shape[0] and any(torch.equal(block, tensor) for block in (written[:n], written[-n:])):
+                found.append(other)
+                self._pending.remove(pending)
+                self._pending_bytes -= tensor.nbytes
+        return found
 
     def abort(self):
         """The model's load_weights raised: close the key it was processing and return that key."""

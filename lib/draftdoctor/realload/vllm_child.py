@@ -46,7 +46,9 @@ def stand_in_target(draft_config: dict, layers: int) -> dict:
             "intermediate_size": 2 * hidden, "num_attention_heads": max(1, hidden // 64), "num_key_value_heads": 1,
             "head_dim": 64 if hidden >= 64 else hidden, "num_hidden_layers": layers,
             "vocab_size": layer.get("vocab_size") or draft_config.get("vocab_size") or 32000,
-            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "torch_dtype": "float32"}
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+            # vLLM runs the draft in the target's dtype; MLA's CPU kernels take no float32
+            "torch_dtype": layer.get("torch_dtype") or draft_config.get("torch_dtype") or "bfloat16"}
 
 
 def set_up(release):
@@ -113,7 +115,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(target_config))
     try:
-        engine_args = EngineArgs(model=str(folder), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+        engine_args = EngineArgs(model=str(folder), skip_tokenizer_init=True, dtype="auto", enforce_eager=True,
                                  max_model_len=256, seed=0,
                                  speculative_config={"method": "eagle3", "model": str(checkpoint),
                                                      "num_speculative_tokens": 1})
@@ -148,9 +150,9 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
     model = state["model"]
     if model is not None and report["error"] is None:
         # the EAGLE proposer's _maybe_share_embeddings / _maybe_share_lm_head, from the flags load_weights set
-        if not getattr(model, "has_own_embed_tokens", True):
+        if not getattr(model, "has_own_embed_tokens", False):  # no flag at all: vLLM shares (its MTP path)
             report["from_target"].append("model.embed_tokens.weight")
-        if not getattr(model, "has_own_lm_head", True):
+        if not getattr(model, "has_own_lm_head", False):
             report["from_target"].append("lm_head.weight")
     report["logs"] = captured.records
     return report
