@@ -349,6 +349,19 @@ def _iteration_order(checkpoint: Checkpoint):
         yield from sorted(t.name for t in shard.tensors)
 
 
+def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.Finding | None:
+    """`replay-not-modelled` when a flat config names a draft class the release builds but the replay does
+    not model (`Profile.unmodelled_classes`), else None."""
+    if config_format(config) != FLAT:
+        return None
+    unmodelled = [a for a in profile.registry_names(config.get("architectures") or []) if a in profile.unmodelled_classes]
+    if not unmodelled:
+        return None
+    return F.finding("replay-not-modelled", (
+        f"{profile.engine} {release} builds {unmodelled[0]} for this draft, a draft class the replay does not "
+        f"model; `--loader real` runs the engine's own loader (SGLang 0.5.23, vLLM 0.32.0)"))
+
+
 def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims: DraftDims) -> F.Finding | None:
     """Why the engine cannot read or build from this config, in the engine's own words where known."""
     config, fmt = checkpoint.config, config_format(checkpoint.config)
@@ -363,15 +376,11 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
                 f"{checkpoint.folder}. Should have a `model_type` key in its config.json\"; "
                 f"`draftdoctor fix --engine {profile.engine}=={release}` writes the flat config it reads",
             )
+    unmodelled = unmodelled_class(profile, release, config)
+    if unmodelled is not None:
+        return unmodelled
     architectures = config.get("architectures") or []
     looked_up = profile.registry_names(architectures)
-    unmodelled = [a for a in looked_up if a in profile.unmodelled_classes]
-    if fmt == FLAT and unmodelled:
-        return F.finding(
-            "replay-not-modelled",
-            f"{profile.engine} {release} builds {unmodelled[0]} for this draft, a draft class the replay does not "
-            f"model; `--loader real` runs the engine's own loader (SGLang 0.5.23, vLLM 0.32.0)",
-        )
     if fmt == FLAT and set(looked_up) & set(profile.plain_architectures) and not set(looked_up) & set(profile.architectures):
         return F.finding(
             "loader-crash",

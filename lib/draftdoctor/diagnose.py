@@ -40,8 +40,6 @@ def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
     "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`
     or `make vllm-loaders`).
     """
-    if loader not in LOADERS:
-        raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     target_config = read_target_config(target) if target is not None else None
     return diagnose(open_checkpoint(path), engine, loader, target_config)
 

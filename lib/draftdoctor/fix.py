@@ -36,7 +36,7 @@ from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, C
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .checks import OPTION_CODES, read_target_config
-from .coverage import CoverageReport, draft_dims, replay
+from .coverage import CoverageReport, draft_dims, unmodelled_class
 from .diagnose import diagnose
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
@@ -238,7 +238,7 @@ def plan_fix(src, engine, target=None) -> FixPlan:
         raise FixError(f"{ckpt.config_path}: cannot rewrite it for {profile.engine} ({e})") from None
     layout = detect_layout(ckpt.tensors, ckpt.config)
     # a draft class the replay does not model (MLA, Qwen3): no rewrite of it could be verified
-    unmodelled = [f for f in replay(ckpt, engine).findings if f.code == "replay-not-modelled"]
+    unmodelled = unmodelled_class(profile, engine.release, ckpt.config)
     try:
         dims = draft_dims(Checkpoint(ckpt.path, ckpt.shards, ckpt.tensors, rewrite.config))
     except CheckpointError as e:
@@ -250,7 +250,9 @@ def plan_fix(src, engine, target=None) -> FixPlan:
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
     predicted = diagnose(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine,
                          target_config=target_config)
-    found = unmodelled + list(predicted.findings)
+    if unmodelled is not None:  # the rewritten config names a modelled class: the rest is guesswork
+        predicted.findings.insert(0, unmodelled)
+    found = list(predicted.findings)
     found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves, predicted)

@@ -16,7 +16,6 @@ stderr), 2 on bad arguments.
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import Captured, Stages, error, free_port, fused_shards
+from .common import Captured, Stages, emit, error, free_port, fused_shards, report_stream
 from .recorder import LoadRecorder
 
 # Checkpoints larger than this are built on the meta device: shapes, key resolution and weight-loader
@@ -172,9 +171,7 @@ def main(argv=None):
     parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
     args = parser.parse_args(argv)
 
-    # SGLang and its dependencies print to stdout; keep stdout for the one JSON document.
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    out = report_stream()  # SGLang and its dependencies print to stdout
     with tempfile.TemporaryDirectory(prefix="draftdoctor-realload-") as scratch:
         started = time.perf_counter()
         try:
@@ -187,10 +184,7 @@ def main(argv=None):
                   file=sys.stderr)
             return EXIT_ENVIRONMENT
         reports = run_checks(server_args, args, round(time.perf_counter() - started, 3))
-    json.dump(reports, out)
-    out.write("\n")
-    out.flush()
-    return 0
+    return emit(out, reports)
 
 
 if __name__ == "__main__":

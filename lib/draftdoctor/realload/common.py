@@ -1,7 +1,10 @@
-"""What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) record the same way: the
-engine's logged warnings, its errors with their origin, a free port for the gloo process group."""
+"""What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) do the same way: record the
+engine's logged warnings, its errors with their origin and the stages' times; find a free port for
+the gloo process group; keep stdout for the one JSON document they print."""
 
+import json
 import logging
+import os
 import socket
 import sys
 import traceback
@@ -72,3 +75,18 @@ def fused_shards(module, qkv_class, merged_class):
     if isinstance(module, merged_class):
         return list(range(len(module.output_sizes)))
     return None
+
+
+def report_stream():
+    """The child's stdout, kept for its one JSON document; anything the engine prints goes to stderr."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return out
+
+
+def emit(out, reports) -> int:
+    """Write the reports as the child's one JSON document; exit status 0."""
+    json.dump(reports, out)
+    out.write("\n")
+    out.flush()
+    return 0

@@ -23,7 +23,6 @@ import argparse
 import importlib.metadata
 import json
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import Captured, Stages, error, free_port, fused_shards
+from .common import Captured, Stages, emit, error, free_port, fused_shards, report_stream
 from .recorder import LoadRecorder
 
 EXIT_ENVIRONMENT = 3
@@ -165,8 +164,7 @@ def main(argv=None):
     parser.add_argument("--target-config", help="the target's config.json (default: a stand-in sized from each draft)")
     args = parser.parse_args(argv)
 
-    out = os.fdopen(os.dup(1), "w")  # vLLM prints to stdout; keep it for the one JSON document
-    os.dup2(2, 1)
+    out = report_stream()  # vLLM prints to stdout
     started = time.perf_counter()
     try:
         set_up(args.release)
@@ -189,10 +187,7 @@ def main(argv=None):
             report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch)))
             report["timings"] = {"setup": setup_s, **report["timings"]}
             reports.append(report)
-    json.dump(reports, out)
-    out.write("\n")
-    out.flush()
-    return 0
+    return emit(out, reports)
 
 
 if __name__ == "__main__":

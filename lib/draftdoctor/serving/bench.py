@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,7 +137,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
             progress(f"{name}: starting the {backend} server")
         with serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs) as server:
             try:
-                measure = run_vllm_bench if backend == "vllm" else run_bench
+                measure = vllm.run_bench if backend == "vllm" else run_bench
                 result = measure(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
                                  concurrency=concurrency, num_draft_tokens=k,
                                  progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
@@ -160,31 +158,6 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                              float(lines.accept_length.iloc[-1]) if len(lines) else None))
     write_results(out_dir, runs)
     return runs
-
-
-def run_vllm_bench(base_url: str, prompts: list[str], name: str = "draft", max_new_tokens: int = 64,
-                   concurrency: int = 1, num_draft_tokens: int | None = None, progress=None,
-                   timeout: float = 600.0) -> BenchResult:
-    """Send every prompt to vLLM (greedy completions, one at a time) and read its counters around the run."""
-    from .client import RequestResult
-
-    model = json.loads(urllib.request.urlopen(base_url + "/v1/models", timeout=10).read())["data"][0]["id"]
-    before = vllm.read_counters(base_url)
-    start = time.perf_counter()
-    requests = []
-    for done, prompt in enumerate(prompts, 1):
-        answer = vllm.complete(base_url, model, prompt, max_new_tokens, timeout)
-        requests.append(RequestResult(prompt, answer["completion_tokens"], None, answer["latency_s"], text=answer["text"]))
-        if progress:
-            progress(done, len(prompts))
-    wall = time.perf_counter() - start
-    after = vllm.read_counters(base_url)
-    counts = {key: after[key] - before[key] for key in vllm.COUNTERS}
-    counts["per_position"] = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0.0)
-                              for i, a in enumerate(after["per_position"])]
-    return BenchResult(name=name, requests=requests, wall_s=wall, num_draft_tokens=num_draft_tokens,
-                       server_info={"backend": "vllm", "counters_before": before, "counters_after": after},
-                       spec_counts=counts)
 
 
 def write_results(out_dir: Path, runs: list[BenchRun]) -> None:

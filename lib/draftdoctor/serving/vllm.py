@@ -4,7 +4,7 @@ The launcher starts `python -m vllm.entrypoints.openai.api_server` (`vllm serve`
 metadata the CPU build does not have) from the release installed by `make vllm-loaders`, with the
 settings measured to work here (float32, eager, a small KV cache, one process). Requests go to
 `/v1/completions` (greedy); acceptance comes from vLLM's own counters on `/metrics`, read before
-and after a run: drafts (verify steps), draft tokens, accepted tokens, accepted per position.
+and after a run (`run_bench`): drafts (verify steps), draft tokens, accepted tokens, accepted per position.
 
 `as_loaded_by` makes the checkpoint that stands for another engine's load on vLLM: only the tensors
 that engine's loader places (its replay), under the config vLLM reads for the same computation
@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import UserError
+from .client import BenchResult, ClientError, RequestResult
 
 HEALTH_PATH = "/health"
 READY_LINE = "Application startup complete."
@@ -103,8 +104,6 @@ def parse_counters(text: str) -> dict:
 
 def complete(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float = 600.0) -> dict:
     """One greedy `/v1/completions` request: {"text", "completion_tokens", "latency_s"}."""
-    from .client import ClientError
-
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
     request = urllib.request.Request(base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     start = time.perf_counter()
@@ -143,3 +142,26 @@ def as_loaded_by(draft, engine, dst) -> Path:
     config = rewrite_config(ckpt.config, resolve_engine("vllm").profile).config
     (dst / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
     return dst
+
+
+def run_bench(base_url: str, prompts: list[str], name: str = "draft", max_new_tokens: int = 64,
+              concurrency: int = 1, num_draft_tokens: int | None = None, progress=None,
+              timeout: float = 600.0) -> BenchResult:
+    """Send every prompt to vLLM (greedy completions, one at a time) and read its counters around the run."""
+    model = json.loads(urllib.request.urlopen(base_url + "/v1/models", timeout=10).read())["data"][0]["id"]
+    before = read_counters(base_url)
+    start = time.perf_counter()
+    requests = []
+    for done, prompt in enumerate(prompts, 1):
+        answer = complete(base_url, model, prompt, max_new_tokens, timeout)
+        requests.append(RequestResult(prompt, answer["completion_tokens"], None, answer["latency_s"], text=answer["text"]))
+        if progress:
+            progress(done, len(prompts))
+    wall = time.perf_counter() - start
+    after = read_counters(base_url)
+    counts = {key: after[key] - before[key] for key in COUNTERS}
+    counts["per_position"] = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0.0)
+                              for i, a in enumerate(after["per_position"])]
+    return BenchResult(name=name, requests=requests, wall_s=wall, num_draft_tokens=num_draft_tokens,
+                       server_info={"backend": "vllm", "counters_before": before, "counters_after": after},
+                       spec_counts=counts)
