@@ -129,8 +129,9 @@ def test_demo_greedy_choices_do_not_depend_on_rounding(target, target64, prompts
 
 
 @pytest.mark.parametrize("draft_kind", ["trained", "random"])
-@pytest.mark.parametrize("num_steps", [1, 4])
-def test_speculative_output_equals_greedy(target64, story_config, fixed_draft, prompts, draft_kind, num_steps):
+@pytest.mark.parametrize("num_steps,chain_offset", [(1, 1), (4, 1), (4, 0)])  # SGLang's chain positions, vLLM's
+def test_speculative_output_equals_greedy(target64, story_config, fixed_draft, prompts, draft_kind, num_steps,
+                                          chain_offset):
     """Exact in float64: verification batches tokens that greedy decoding runs one at a time, and
     only float64 makes both round alike on every CPU (the float32 demo is covered by the test above)."""
     if draft_kind == "trained":
@@ -140,7 +141,7 @@ def test_speculative_output_equals_greedy(target64, story_config, fixed_draft, p
     capture = sglang_capture_layers(story_config, target64.n_layers)
     for ids in prompts[:6]:
         want = greedy_generate(target64, ids, 40)
-        got = speculative_generate(target64, draft, capture, ids, 40, num_steps)
+        got = speculative_generate(target64, draft, capture, ids, 40, num_steps, chain_offset=chain_offset)
         assert got.output_ids == want
         assert got.completion_tokens == 40
         assert got.spec_verify_ct >= 1
@@ -150,14 +151,18 @@ def test_budget_cuts_accepted_tokens(target64, fixed_draft, prompts):
     loaded = load_for_engine(fixed_draft, "sglang==0.5.10", target64)
     draft, capture = loaded.draft, loaded.capture
     for budget in (1, 2, 5, 7):
-        r = speculative_generate(target64, draft, capture, prompts[1], budget, 4)
+        r = speculative_generate(target64, draft, capture, prompts[1], budget, 4, chain_offset=1)
         assert r.output_ids == greedy_generate(target64, prompts[1], budget)
         assert r.completion_tokens == budget
         # after the prefill token each verify step adds its accepted drafts plus a bonus token,
         # except that the last one may be cut before its bonus
         bonus = r.completion_tokens - 1 - r.accepted_drafts
         assert bonus in (r.spec_verify_ct - 1, r.spec_verify_ct)
-    assert speculative_generate(target64, draft, capture, prompts[1], 1, 4).spec_verify_ct == 0
+        # counted before the cut (vLLM's counters), the last step keeps every draft the target accepted
+        assert all(b >= a for a, b in zip(r.accepted_per_position, r.accepted_before_stop))
+        cut = r.accepted_drafts_before_stop - r.accepted_drafts
+        assert 0 <= cut < 4 and (cut == 0 or bonus == r.spec_verify_ct - 1)
+    assert speculative_generate(target64, draft, capture, prompts[1], 1, 4, chain_offset=1).spec_verify_ct == 0
 
 
 def test_eos_stops_generation(target, prompts):
@@ -209,10 +214,10 @@ def test_refused_loads_carry_the_engine_message(target, fixed_draft, tmp_path):
 def test_wrong_layer_count_is_a_clear_error(target, fixed_draft, prompts):
     draft = load_for_engine(fixed_draft, "sglang==0.5.10", target).draft
     with pytest.raises(CaptureMismatch, match="2 distinct aux states"):
-        speculative_generate(target, draft, (2, 4, 6), prompts[0], 8, 4)  # layer 6 does not exist
+        speculative_generate(target, draft, (2, 4, 6), prompts[0], 8, 4, chain_offset=1)  # layer 6 does not exist
     # SGLang's default for a 6-layer target names layer 3 twice; it is captured once
     with pytest.raises(CaptureMismatch, match=r"\[2, 3, 3\] gives 2 distinct aux states"):
-        speculative_generate(target, draft, sglang_capture_layers({}, 6), prompts[0], 8, 4)
+        speculative_generate(target, draft, sglang_capture_layers({}, 6), prompts[0], 8, 4, chain_offset=1)
 
 
 def test_initial_values_are_deterministic():

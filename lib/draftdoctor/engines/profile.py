@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import auxids
-from ..configs import SPECULATORS, DraftDims
+from ..configs import SPECULATORS, DraftDims, config_format, draft_options
 from ..errors import UserError
 
 SKIP, WARN, CRASH = "skip", "warn", "crash"
@@ -132,6 +132,15 @@ class Profile(ReleaseRange):
     # other EAGLE-3 draft classes the release registers (MLA, Qwen3 with q/k norms) whose loading the
     # replay does not model: it says so instead of guessing; the real loader runs them
     unmodelled_classes: tuple[str, ...] = ()
+    # how the engine runs the draft (the reference backend emulates it; proven against real vLLM in
+    # tests/test_vllm_agreement.py): draft chain step i (the second draft token onwards) runs at rope
+    # position seq_len + offset + i, seq_len being the committed tokens. SGLang: `positions = seq_lens`,
+    # then `positions.add_(1)` before every step (eagle_worker.py, 0.5.10-0.5.23) -> 1; vLLM: the last
+    # sampled position + 1 per step (llm_base_proposer.py, 0.32.0) -> 0, the spacing speculators trains with
+    chain_position_offset: int = 1
+    # draft options speculators' config reader sets when the config does not (vLLM's
+    # `update_eagle3`: norm_before_residual defaults to true on that path)
+    speculators_option_defaults: tuple[tuple[str, bool], ...] = ()
 
     @property
     def spec(self) -> str:
@@ -141,6 +150,14 @@ class Profile(ReleaseRange):
         """Whether the engine computes one of speculators' draft options (configs.DRAFT_OPTIONS)."""
         return {"norm_before_residual": self.supports_norm_before_residual, "norm_before_fc": self.supports_input_norm,
                 "fc_norm": self.supports_fc_norm, "norm_output": self.supports_norm_output}[option]
+
+    def option_enabled(self, config: dict, option: str) -> bool:
+        """Whether this engine runs the draft with one of speculators' options on, reading `config`
+        as the engine does (a speculators config without the option gets the reader's default)."""
+        found = draft_options(config)
+        if option in found:
+            return bool(found[option])
+        return config_format(config) == SPECULATORS and dict(self.speculators_option_defaults).get(option, False)
 
     def registry_names(self, architectures) -> list[str]:
         """The `architectures` of a flat draft config as the engine looks them up in its registry."""

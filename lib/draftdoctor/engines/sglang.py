@@ -25,6 +25,7 @@ _COMMON = dict(
     # the registry builds the target class for it; the load then fails at lm_head (0.5.10, 0.5.11 and
     # 0.5.23's own loaders, tests/test_differential.py)
     plain_architectures=("LlamaForCausalLM",),
+    chain_position_offset=1,  # eagle_worker.py: positions = seq_lens, then add_(1) before each chain step
 )
 
 PROFILES = [

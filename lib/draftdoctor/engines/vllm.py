@@ -49,6 +49,8 @@ _COMMON = dict(
     aux_capturable=(0, 0),
     architecture_prefix="Eagle3",  # EAGLEConfig for method eagle3 (0.22.0-0.32.0 read)
     supports_norm_output=True, supports_norm_before_residual=True,
+    chain_position_offset=0,  # llm_base_proposer.py (0.32.0): positions of the last sampled token + 1 per step
+    speculators_option_defaults=(("norm_before_residual", True),),  # speculators/algos.py update_eagle3
 )
 _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT, vocab_map_always=True,
                     speculators_drops=("fc_norm", "norm_output"))  # algos.update_eagle3 copies neither

@@ -27,7 +27,7 @@ import torch
 from draftdoctor.reference.draft import EagleDraft
 from draftdoctor.reference.engine import GenerateResult, speculative_generate
 from draftdoctor.reference.llama import TargetModel
-from draftdoctor.reference.loading import LoadRefused, load_for_engine
+from draftdoctor.reference.loading import LoadedDraft, LoadRefused, load_for_engine
 
 
 @dataclass
@@ -37,7 +37,8 @@ class Measurement:
     requests: int
     completion_tokens: int
     spec_verify_ct: int
-    accepted_per_position: list[int]
+    accepted_per_position: list[int]  # as emitted (SGLang's log line)
+    accepted_before_stop: list[int]  # as the target accepted them, stop or not (vLLM's counters)
 
     @property
     def accept_length(self) -> float:
@@ -50,6 +51,11 @@ class Measurement:
         return (sum(self.accepted_per_position) + self.spec_verify_ct) / self.spec_verify_ct
 
     @property
+    def accept_length_before_stop(self) -> float:
+        """vLLM's mean acceptance length: 1 + accepted drafts (counted before a stop cuts them) per verify step."""
+        return 1 + sum(self.accepted_before_stop) / self.spec_verify_ct
+
+    @property
     def strict_accept_rate(self) -> float:
         return sum(self.accepted_per_position) / (self.spec_verify_ct * len(self.accepted_per_position))
 
@@ -57,7 +63,8 @@ class Measurement:
     def of(cls, results: list[GenerateResult]) -> "Measurement":
         return cls(len(results), sum(r.completion_tokens for r in results),
                    sum(r.spec_verify_ct for r in results),
-                   [sum(c) for c in zip(*(r.accepted_per_position for r in results))])
+                   [sum(c) for c in zip(*(r.accepted_per_position for r in results))],
+                   [sum(c) for c in zip(*(r.accepted_before_stop for r in results))])
 
 
 @contextmanager
@@ -80,18 +87,20 @@ def tokenized_prompts(data_dir: Path, n_prompts: int | None = None) -> list[list
     return [tok.encode(json.loads(line)["prompt"]).ids for line in lines]
 
 
-def run_prompts(target: TargetModel, draft: EagleDraft, capture: tuple[int, ...], prompts: list[list[int]],
-                max_new_tokens: int, num_steps: int) -> Measurement:
-    """Measurement of `draft` speculating for `target` over `prompts`, one request at a time."""
-    return Measurement.of([speculative_generate(target, draft, capture, p, max_new_tokens, num_steps)
+def run_prompts(target: TargetModel, loaded: LoadedDraft, prompts: list[list[int]], max_new_tokens: int,
+                num_steps: int, draft: EagleDraft | None = None, eos_token_id: int | None = None) -> Measurement:
+    """Measurement of the loaded draft (or `draft` in its place, run as `loaded` says) speculating for
+    `target` over `prompts`, one request at a time."""
+    return Measurement.of([speculative_generate(target, draft or loaded.draft, loaded.capture, p, max_new_tokens,
+                                                num_steps, eos_token_id, chain_offset=loaded.chain_offset)
                            for p in prompts])
 
 
 def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]], max_new_tokens: int,
-            num_steps: int, loader: str = "replay") -> tuple[int, Measurement]:
+            num_steps: int, loader: str = "replay", eos_token_id: int | None = None) -> tuple[int, Measurement]:
     """(parameters written, Measurement) of `draft_dir` served by `engine`; LoadRefused if it would not start."""
     loaded = load_for_engine(draft_dir, engine, target, loader=loader)
-    return len(loaded.written), run_prompts(target, loaded.draft, loaded.capture, prompts, max_new_tokens, num_steps)
+    return len(loaded.written), run_prompts(target, loaded, prompts, max_new_tokens, num_steps, eos_token_id=eos_token_id)
 
 
 def demo_cases(data_dir: Path, workdir: Path, n_prompts: int | None = None, max_new_tokens: int = 48,

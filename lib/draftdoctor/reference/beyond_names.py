@@ -169,7 +169,7 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
         draft = loaded.draft.with_norm_before_residual() if case.as_trained else loaded.draft
         try:
             with one_thread():
-                result.measurement = run_prompts(target, draft, loaded.capture, prompts, max_new_tokens, num_steps)
+                result.measurement = run_prompts(target, loaded, prompts, max_new_tokens, num_steps, draft=draft)
         except CaptureMismatch as e:
             result.error = str(e)
         results.append(result)

@@ -1,4 +1,5 @@
-"""The EAGLE-3 draft as SGLang's LlamaForCausalLMEagle3 computes it, on plain torch.
+"""The EAGLE-3 draft as SGLang's LlamaForCausalLMEagle3 and vLLM's Eagle3LlamaForCausalLM compute it,
+on plain torch (the two compute alike but for norm_before_residual, which only vLLM implements).
 
 Weights come as a dict in SGLang's *parameter* naming (after its loader fused q/k/v into
 `qkv_proj` and gate/up into `gate_up_proj`), plus the set of names a loader actually wrote.
@@ -15,8 +16,9 @@ own); residual = the un-normalised hidden; attention over cat(input_layernorm(em
 hidden_norm(hidden)) (2H wide); post_attention_layernorm with fused residual add; MLP; final norm
 with fused residual add; lm_head over the draft vocabulary. The hidden state handed to the next
 draft step is the pre-norm residual stream. speculators' `norm_before_residual: true` (residual =
-hidden_norm(hidden)) has no equivalent in SGLang; `EagleDraft.with_norm_before_residual` computes
-it only as a control, to show what such a draft does when computed as it was trained (as vLLM can).
+hidden_norm(hidden)) has no equivalent in SGLang: the draft computes it when the emulated engine
+does (vLLM, `build_draft(norm_before_residual=...)`); for SGLang `EagleDraft.with_norm_before_residual`
+computes it only as a control, to show what such a draft does when computed as it was trained.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from draftdoctor.configs import DraftDims
+from draftdoctor.configs import DraftDims, layer_config
 from draftdoctor.engines import parameters, resolve_engine
 from draftdoctor.reference.llama import KVCache, LayerShape, attention, layer_shape, rms_norm
 
@@ -46,19 +48,17 @@ class DraftShape:
 
 
 def draft_shape(config: dict) -> DraftShape:
-    """DraftShape from a flat draft config, as SGLang's LlamaForCausalLMEagle3 reads it."""
-    if config.get("tie_word_embeddings"):
+    """DraftShape from a flat or speculators draft config (`DraftDims` reads both; the engines refuse
+    the combinations they cannot build before this is asked: `check`'s findings)."""
+    dims = DraftDims.from_config(config)
+    if dims.tie_word_embeddings:
         raise ValueError("tie_word_embeddings drafts are not supported by the reference engine")
-    shape = layer_shape(config)
-    target_hidden = config.get("target_hidden_size", shape.hidden)
-    if target_hidden is None:  # SGLang crashes on `None * 3` here
-        raise ValueError("config has target_hidden_size: null, which SGLang cannot build (None * 3)")
     return DraftShape(
-        layer=shape,
-        vocab=config["vocab_size"],
-        draft_vocab=config.get("draft_vocab_size") or config["vocab_size"],
-        fc_in=3 * target_hidden,
-        fc_bias=bool(config.get("bias", False)),
+        layer=layer_shape(layer_config(config)),
+        vocab=dims.vocab_size,
+        draft_vocab=dims.draft_vocab_size or dims.vocab_size,
+        fc_in=dims.fc_in,
+        fc_bias=dims.fc_bias,
     )
 
 
@@ -124,16 +124,17 @@ class EagleDraft:
 
 def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
                 hot_token_id: torch.Tensor | None = None, engine="sglang==0.5.10",
-                dtype=torch.float32) -> EagleDraft:
-    """The draft an SGLang release runs after its loader wrote `written`, a subset of the
+                dtype=torch.float32, norm_before_residual: bool = False) -> EagleDraft:
+    """The draft an engine release runs after its loader wrote `written`, a subset of the
     parameters that release's draft class creates (`engines.parameters`, the names `check` uses).
 
     `state[name]` supplies each written parameter; the rest get `initial_value`. `hot_token_id`
-    is SGLang's draft->target id map (d2t + arange(Vd)), or None when no d2t was loaded.
+    is the draft->target id map (d2t + arange(Vd): SGLang's hot_token_id, vLLM's
+    draft_id_to_target_id plus the ids), or None when no d2t was loaded.
     """
     shape = draft_shape(config)
     profile = resolve_engine(engine).profile
-    expected = {p.name: p.shape for p in parameters(profile, DraftDims.from_config(config))}
+    expected = {p.name: p.shape for p in parameters(profile, DraftDims.from_config(config)) if p.role != "vocab-map"}
     unknown = written - expected.keys()
     if unknown:
         raise ValueError(f"written names that are not parameters of the draft: {sorted(unknown)}")
@@ -146,4 +147,4 @@ def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
     if hot_token_id is not None and hot_token_id.shape != (shape.draft_vocab,):
         raise ValueError(f"hot_token_id has shape {tuple(hot_token_id.shape)}, "
                          f"expected ({shape.draft_vocab},)")
-    return EagleDraft(shape, params, profile.layer_name(0), hot_token_id)
+    return EagleDraft(shape, params, profile.layer_name(0), hot_token_id, norm_before_residual)

@@ -5,11 +5,17 @@ One request at a time:
   output token (counted in completion_tokens, as SGLang does, but not a verify step);
 - draft extend: the draft runs over the committed positions p with (aux state at p, token p+1)
   at position p, filling its KV cache; the last position gives the first draft token;
-- draft decode: num_steps - 1 more chain steps on the draft's own hidden state; SGLang places
-  step i at position committed_len + 1 + i; these KV entries are dropped afterwards;
+- draft decode: num_steps - 1 more chain steps on the draft's own hidden state, step i at rope
+  position committed_len + chain_offset + i (`Profile.chain_position_offset`: SGLang 1, vLLM 0);
+  these KV entries are dropped afterwards;
 - verify: the target runs [pending token, d1..dS] (S + 1 = speculative_num_draft_tokens) and
   accepts the longest prefix of drafts equal to its own argmax, plus one bonus token; rejected
   KV entries are dropped; then the draft extends over the accepted positions.
+
+Accepted drafts are counted twice: as emitted (a stop, EOS or the token budget, cuts the last step
+short: SGLang's log line and /server_info) and as the target accepted them, stop or not (vLLM's
+counters, scheduler.py `num_accepted` before its stop check; SGLang's per-request meta_info counts,
+eagle_info.py `accepted_draft_tokens` from the row before the finish cut).
 
 Aux hidden states: the caller passes the target layers whose input the emulated release captures
 (`Profile.captured_layers`, from `draftdoctor.auxids`). Each layer is captured once, so on a 6-layer
@@ -33,8 +39,9 @@ class GenerateResult:
 
     output_ids: list[int]
     spec_verify_ct: int
-    accepted_per_position: list[int]  # verify steps whose draft token i was accepted
+    accepted_per_position: list[int]  # verify steps whose draft token i was accepted and emitted
     num_steps: int
+    accepted_before_stop: list[int]  # verify steps whose draft token i the target accepted, stop or not
 
     @property
     def completion_tokens(self) -> int:
@@ -50,6 +57,10 @@ class GenerateResult:
 
         It counts the prefill token too, so a dead draft scores 1 + 1/spec_verify_ct."""
         return self.completion_tokens / self.spec_verify_ct if self.spec_verify_ct else 0.0
+
+    @property
+    def accepted_drafts_before_stop(self) -> int:
+        return sum(self.accepted_before_stop)
 
     @property
     def step_accept_length(self) -> float:
@@ -94,8 +105,9 @@ def greedy_generate(target: TargetModel, prompt_ids: list[int], max_new_tokens: 
 
 def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[int, ...],
                          prompt_ids: list[int], max_new_tokens: int, num_steps: int,
-                         eos_token_id: int | None = None) -> GenerateResult:
-    """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify)."""
+                         eos_token_id: int | None = None, *, chain_offset: int) -> GenerateResult:
+    """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify); `chain_offset`:
+    the emulated engine's `Profile.chain_position_offset`."""
     if num_steps < 1:
         raise ValueError("num_steps must be at least 1")
     # SGLang tests `i in layers_to_capture` while looping over its layers: each layer once, in order
@@ -108,7 +120,7 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
     prompt = torch.tensor(prompt_ids)
     logits, aux = target.forward(prompt, tcache, capture)
     out, done = _stop([int(logits[-1].argmax())], max_new_tokens, eos_token_id)
-    verify_ct, accepted = 0, [0] * num_steps
+    verify_ct, accepted, accepted_before_stop = 0, [0] * num_steps, [0] * num_steps
     # draft extend over the prompt: position p gets (aux at p, token p + 1)
     ext_ids, ext_hidden, ext_start = torch.cat([prompt[1:], torch.tensor(out[-1:])]), aux, 0
     while not done:
@@ -119,7 +131,7 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
         hidden = dhidden[-1:]
         for i in range(num_steps - 1):
             dlogits, dhidden = draft.forward(drafts[-1].view(1), hidden,
-                                             torch.tensor([committed + 1 + i]), dcache)
+                                             torch.tensor([committed + chain_offset + i]), dcache)
             drafts.append(draft.to_target_ids(dlogits[-1].argmax()))
             hidden = dhidden[-1:]
         dcache.truncate(committed)
@@ -132,12 +144,13 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
             n_acc += 1
         new, done = _stop(pred[:n_acc + 1], max_new_tokens - len(out), eos_token_id)
         verify_ct += 1
-        for i in range(min(n_acc, len(new))):
-            accepted[i] += 1
+        for i in range(n_acc):
+            accepted_before_stop[i] += 1
+            accepted[i] += i < len(new)
         out += new
         tcache.truncate(committed + n_acc + 1)
         # draft extend over the accepted positions: (aux at t, token t + 1)
         ext_ids = torch.tensor(pred[:n_acc + 1])
         ext_hidden = [a[:n_acc + 1] for a in aux]
         ext_start = committed
-    return GenerateResult(out, verify_ct, accepted, num_steps)
+    return GenerateResult(out, verify_ct, accepted, num_steps, accepted_before_stop)

@@ -3,8 +3,11 @@
 The coverage report (replayed profile, or the release's own loader run on CPU) says for every
 checkpoint key which parameter and shard it writes; this module carries that out on the real
 tensors. Parameters no key writes keep `draft.initial_value`, so a broken load behaves like the
-story's. Then, as SGLang's EAGLE worker does at start-up, the target's embedding replaces the
-draft's (and the target's head too when `draft_vocab_size` is null).
+story's. Then the parameters the engine takes from the target are the target's (SGLang's EAGLE
+worker: always the embedding, the head when `draft_vocab_size` is null; vLLM's proposer: whichever
+the draft lacks). SGLang releases and vLLM releases are emulated alike, from their profile rows:
+names, vocabulary map (SGLang's hot_token_id attribute, vLLM's draft_id_to_target_id parameter),
+aux layers, chain positions, norm_before_residual where the engine computes it.
 
 A load the engine would refuse (unreadable config, loader crash, shape mismatch) raises
 `LoadRefused` with the engine's own message, so the reference server refuses it too.
@@ -24,7 +27,9 @@ from ..statuses import ParamFate
 from .draft import EagleDraft, build_draft, initial_value
 from .llama import TargetModel, load_safetensors_dir
 
-REFUSING_CODES = ("config-unreadable", "loader-crash", "shape-mismatch")
+REFUSING_CODES = ("config-unreadable", "loader-crash", "shape-mismatch", "replay-not-modelled")
+# speculators' draft options the reference draft does not compute (norm_before_residual it does)
+NOT_COMPUTED = ("norm_before_fc", "fc_norm", "norm_output")
 
 
 class LoadRefused(RuntimeError):
@@ -37,29 +42,33 @@ class LoadedDraft:
     report: CoverageReport
     capture: tuple[int, ...]  # target layers whose input the engine captures as aux states
     written: set[str]
+    chain_offset: int  # rope position of draft chain step i is committed + chain_offset + i
 
 
 def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "replay") -> LoadedDraft:
-    """Build the draft `engine` (an SGLang release: Engine or spec) would run from `draft_dir`, loaded by `loader`."""
+    """Build the draft `engine` (an Engine or spec) would run from `draft_dir`, loaded by `loader`."""
     engine = resolve_engine(engine)
     profile = engine.profile
-    if profile.engine != "sglang":
-        raise LoadRefused(f"the reference backend emulates SGLang releases; {engine} is not one")
     report = check(draft_dir, engine, loader=loader)
     refusing = [f for f in report.findings if f.code in REFUSING_CODES]
     if refusing:
         raise LoadRefused("; ".join(f"{f.code}: {f.message}" for f in refusing))
     checkpoint = open_checkpoint(draft_dir)
+    computes = [o for o in NOT_COMPUTED if profile.implements(o) and profile.option_enabled(checkpoint.config, o)]
+    if computes:
+        raise LoadRefused(f"{engine} computes {', '.join(computes)} for this draft; the reference backend does not")
     dims = draft_dims(checkpoint)
     specs = {p.name: p for p in parameters(profile, dims)}
     tensors = load_safetensors_dir(checkpoint.folder)
     state: dict[str, torch.Tensor] = {}
     hot_token_id = None
     for key in report.keys:
-        if key.status == DERIVED and "d2t" in key.key:
-            offsets = tensors[key.key].long()
-            hot_token_id = offsets + torch.arange(offsets.shape[0])
+        if key.status == DERIVED and "d2t" in key.key:  # SGLang: hot_token_id = d2t + arange
+            hot_token_id = _draft_to_target(tensors[key.key])
         if key.status != LOADED:
+            continue
+        if specs[key.param].role == "vocab-map":  # vLLM: draft_id_to_target_id holds d2t's offsets
+            hot_token_id = _draft_to_target(tensors[key.key])
             continue
         spec = specs[key.param]
         if key.shard is None:
@@ -68,12 +77,22 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
         full = state.setdefault(key.param, initial_value(key.param, spec.shape).clone())
         offset, rows = spec.shard_range(key.shard)
         full[offset:offset + rows] = tensors[key.key]
-    written = {p.name for p in report.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)}
-    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=engine, dtype=target.dtype)
-    # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary)
+    written = {p.name for p in report.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)
+               and p.role != "vocab-map"}
+    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=engine, dtype=target.dtype,
+                        norm_before_residual=profile.option_enabled(checkpoint.config, "norm_before_residual"))
+    # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary); vLLM's
+    # proposer: the target's embedding or head for a draft without its own
     for p in report.params:
         if p.replaced_by_target and p.role == "embed":
             draft.params[p.name] = target.embed
         elif p.replaced_by_target and p.role == "lm_head":
             draft.params[p.name] = target.w["lm_head.weight"]
-    return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written)
+    return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written,
+                       profile.chain_position_offset)
+
+
+def _draft_to_target(d2t: torch.Tensor) -> torch.Tensor:
+    """Target id of each draft id: speculators' d2t holds target id - draft id."""
+    offsets = d2t.long()
+    return offsets + torch.arange(offsets.shape[0])

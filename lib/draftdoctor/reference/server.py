@@ -80,14 +80,16 @@ class ReferenceEngine:
 
         with self.lock:
             result = speculative_generate(self.target, self.loaded.draft, self.loaded.capture, ids, max_new_tokens,
-                                          self.num_steps, eos_token_id=self.eos)
+                                          self.num_steps, eos_token_id=self.eos, chain_offset=self.loaded.chain_offset)
             self._count(result)
         meta = {"prompt_tokens": len(ids), "completion_tokens": result.completion_tokens,
                 "spec_verify_ct": result.spec_verify_ct, "finish_reason": {"type": "length"},
                 "backend": "reference"}
         counts = spec_count_fields(self.release)
         if counts and result.spec_verify_ct:
-            accepted, proposed = result.accepted_drafts, result.spec_verify_ct * (self.k - 1)
+            # SGLang counts a request's accepted drafts from the verify row before the finish cut
+            # (eagle_info.py `accepted_draft_tokens`, 0.5.10); its log line counts what was emitted
+            accepted, proposed = result.accepted_drafts_before_stop, result.spec_verify_ct * (self.k - 1)
             meta |= {"spec_accept_rate": accepted / proposed, "spec_accept_length": result.accept_length,
                      counts[0]: accepted, counts[1]: proposed, "spec_accept_histogram": _histogram(result)}
         return {"text": self.tokenizer.decode(result.output_ids), "output_ids": result.output_ids, "meta_info": meta}
@@ -120,8 +122,9 @@ class ReferenceEngine:
 
 
 def _histogram(result) -> list[int]:
-    """Verify steps by number of accepted drafts (0..num_steps), from per-position counts."""
-    per_position = result.accepted_per_position + [0]
+    """Verify steps by number of accepted drafts (0..num_steps), from per-position counts (before the
+    finish cut, as SGLang's `update_spec_acceptance_histogram` gets them)."""
+    per_position = result.accepted_before_stop + [0]
     at_least = [result.spec_verify_ct] + per_position[:-1]
     return [at_least[i] - per_position[i] for i in range(len(at_least))]
 
