@@ -48,6 +48,7 @@ class RequestResult:
     accept_histogram: list[int] | None = None
     accepted_drafts: int | None = None  # meta_info's accepted-draft count, under its release's name
     text: str = ""
+    output_ids: list[int] | None = None  # the generated token ids, where the server returns them
 
 
 @dataclass
@@ -157,7 +158,7 @@ def generate(base_url: str, prompt: str, max_new_tokens: int = 64, timeout: floa
     return RequestResult(prompt=prompt, completion_tokens=int(meta["completion_tokens"]),
                          verify_ct=meta.get("spec_verify_ct"), latency_s=time.perf_counter() - start,
                          accept_histogram=meta.get("spec_accept_histogram"), accepted_drafts=accepted,
-                         text=answer.get("text", ""))
+                         text=answer.get("text", ""), output_ids=answer.get("output_ids"))
 
 
 def server_info(base_url: str, timeout: float = 10.0) -> dict:

@@ -102,9 +102,11 @@ def parse_counters(text: str) -> dict:
     return out
 
 
-def complete(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float = 600.0) -> dict:
-    """One greedy `/v1/completions` request: {"text", "completion_tokens", "latency_s"}."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+def complete(base_url: str, model: str, prompt: str | list[int], max_tokens: int, timeout: float = 600.0) -> dict:
+    """One greedy `/v1/completions` request (a text or token-id prompt):
+    {"text", "output_ids", "completion_tokens", "latency_s"}."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "return_token_ids": True}).encode()
     request = urllib.request.Request(base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     start = time.perf_counter()
     try:
@@ -114,8 +116,9 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int, timeout: f
         raise ClientError(f"{base_url}/v1/completions answered {e.code}: {e.read()[:300].decode(errors='replace')}") from None
     except (urllib.error.URLError, OSError) as e:
         raise ClientError(f"{base_url}/v1/completions: {e}") from None
-    return {"text": answer["choices"][0]["text"], "completion_tokens": answer["usage"]["completion_tokens"],
-            "latency_s": time.perf_counter() - start}
+    choice = answer["choices"][0]
+    return {"text": choice["text"], "output_ids": choice.get("token_ids"),
+            "completion_tokens": answer["usage"]["completion_tokens"], "latency_s": time.perf_counter() - start}
 
 
 def as_loaded_by(draft, engine, dst) -> Path:
@@ -144,7 +147,7 @@ def as_loaded_by(draft, engine, dst) -> Path:
     return dst
 
 
-def run_bench(base_url: str, prompts: list[str], name: str = "draft", max_new_tokens: int = 64,
+def run_bench(base_url: str, prompts: list[str] | list[list[int]], name: str = "draft", max_new_tokens: int = 64,
               concurrency: int = 1, num_draft_tokens: int | None = None, progress=None,
               timeout: float = 600.0) -> BenchResult:
     """Send every prompt to vLLM (greedy completions, one at a time) and read its counters around the run."""
@@ -154,7 +157,8 @@ def run_bench(base_url: str, prompts: list[str], name: str = "draft", max_new_to
     requests = []
     for done, prompt in enumerate(prompts, 1):
         answer = complete(base_url, model, prompt, max_new_tokens, timeout)
-        requests.append(RequestResult(prompt, answer["completion_tokens"], None, answer["latency_s"], text=answer["text"]))
+        requests.append(RequestResult(prompt, answer["completion_tokens"], None, answer["latency_s"], text=answer["text"],
+                                      output_ids=answer["output_ids"]))
         if progress:
             progress(done, len(prompts))
     wall = time.perf_counter() - start
