@@ -19,3 +19,9 @@ $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.setup-d
 	touch $@
 
 test: vllm-loaders
+
+# The whole investigation measured on real vLLM, with the reference backend charted beside it.
+.PHONY: demo-vllm
+demo-vllm: vllm-loaders
+	$(BIN)/draftdoctor investigate --params data/demo/investigate-vllm.yaml --out runs/demo-vllm
+	@echo "report: runs/demo-vllm/report.md (charts: runs/demo-vllm/acceptance.png, backends.png)"

@@ -72,3 +72,28 @@ def test_speculation_does_not_change_greedy_output(story):
     before = [r["text"] for r in runs["before"]["request_log"]]
     after = [r["text"] for r in runs["after"]["request_log"]]
     assert before == after and all(before)
+
+
+def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(tmp_path):
+    """`make demo-vllm` (investigate-vllm.yaml, fewer prompts): the whole arc measured on real vLLM, the
+    report labelled with the real engine and the two backends charted side by side."""
+    import yaml
+
+    from draftdoctor.investigate import investigate
+
+    require_release("0.32.0", "vllm")
+    params = yaml.safe_load((DEMO / "investigate-vllm.yaml").read_text()) | {"num_prompts": 6}
+    for key in ("checkpoint", "target", "prompts"):
+        params[key] = str(DEMO / params[key])
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
+    [result] = investigate(tmp_path / "p.yaml", tmp_path / "out", cell_timeout=600)
+    assert result.error is None, result.error
+    report = result.report
+    assert report["before"]["accept_length"] <= 1.05 and report["after"]["accept_length"] >= 2.0
+    assert report["before"]["backend_label"] == "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads it"
+    reference_before, reference_after = report["compared"]
+    assert reference_before["backend_label"].startswith("reference backend emulating sglang==0.5.10")
+    assert reference_before["accept_length"] <= 1.05 and reference_after["accept_length"] >= 2.0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "measured on vLLM 0.32.0 (real engine, CPU)" in text and "## Backends compared" in text
+    assert (tmp_path / "out" / "backends.png").stat().st_size > 10_000

@@ -286,24 +286,20 @@ def _serving_engine(args):
     """(Engine or None, label): the SGLang release served (sglang: --engine, else the installed one) or
     emulated (reference: --engine, else the default), decided here once for serve and bench."""
     from .engines import EngineSpecError, resolve_engine
-    from .serving.bench import installed_sglang_release
+    from .serving.bench import backend_label, installed_sglang_release
     from .serving.launcher import REFERENCE_DEFAULT_ENGINE
 
     if args.backend == "reference":
-        return resolve_engine(args.engine or REFERENCE_DEFAULT_ENGINE), "reference backend (CPU; not SGLang itself)"
-    if args.backend == "vllm":
-        from .serving import vllm
-
+        engine = resolve_engine(args.engine or REFERENCE_DEFAULT_ENGINE)
+    elif args.backend == "vllm" or args.engine:
         engine = resolve_engine(args.engine) if args.engine else None
-        return engine, vllm.label(vllm.served_release()) + (f", each draft as {engine} loads it" if engine else "")
-    if args.engine:
-        engine = resolve_engine(args.engine)
-        return engine, f"SGLang {engine.release}"
-    installed = installed_sglang_release()
-    try:  # a release newer than the kit knows still serves, with the newest flags it knows
-        return (resolve_engine(f"sglang=={installed}") if installed else None), f"SGLang {installed}"
-    except EngineSpecError:
-        return None, f"SGLang {installed}"
+    else:
+        installed = installed_sglang_release()
+        try:  # a release newer than the kit knows still serves, with the newest flags it knows
+            engine = resolve_engine(f"sglang=={installed}") if installed else None
+        except EngineSpecError:
+            return None, f"SGLang {installed}"
+    return engine, backend_label(args.backend, engine)
 
 
 def cmd_serve(args, out) -> int:
@@ -395,7 +391,7 @@ def cmd_investigate(args, out) -> int:
         out.write(f"{r.name}: {_safe((rep.get('coverage_before') or {}).get('verdict'))}\n")
         if before and after:
             out.write(f"  accept length {before['accept_length']:.2f} before, {after['accept_length']:.2f} after "
-                      f"the fix ({before.get('backend')} backend); report: {r.out_dir}/report.md\n")
+                      f"the fix ({_safe(before.get('backend_label') or before.get('backend'))}); report: {r.out_dir}/report.md\n")
     return EXIT_FINDINGS if any(r.error for r in results) else EXIT_OK
 
 

@@ -123,5 +123,40 @@ def throughput_figure(runs: list[dict]):
     return fig
 
 
+def backends_figure(runs: list[dict]):
+    """The same drafts on several backends: accept length per draft, one bar per backend, and
+    per-position acceptance (one line per backend and draft). Runs are bench summaries; a backend is
+    told apart by its `backend_label`."""
+    fig, (ax_len, ax_pos) = _figure(11, 3.4, ncols=2)
+    backends = list(dict.fromkeys(r.get("backend_label") or r["backend"] for r in runs))
+    names = list(dict.fromkeys(r["name"] for r in runs))
+    palette = ["#2a9d8f", "#e76f51", "#264653", "#e9c46a"]
+    width = 0.8 / len(backends)
+    for b, backend in enumerate(backends):
+        mine = {r["name"]: r for r in runs if (r.get("backend_label") or r["backend"]) == backend}
+        xs = [i + (b - (len(backends) - 1) / 2) * width for i in range(len(names))]
+        values = [(mine.get(n) or {}).get("accept_length") or 0 for n in names]
+        ax_len.bar(xs, values, width, color=palette[b % len(palette)], label=backend)
+        for x, v in zip(xs, values):
+            ax_len.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+        for n, style in zip(names, ("--", "-", ":", "-.")):
+            rates = (mine.get(n) or {}).get("per_position")
+            if rates:
+                ax_pos.plot(range(1, len(rates) + 1), rates, style, marker="o", color=palette[b % len(palette)],
+                            label=f"{n}: {backend}")
+                ax_pos.set_xticks(range(1, len(rates) + 1))
+    ax_len.set_xticks(range(len(names)), names)
+    ax_len.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax_len.set_ylabel("accept length (tokens / verify step)")
+    ax_len.set_ylim(0, max([r.get("accept_length") or 0 for r in runs] + [1.0]) * 1.3)
+    ax_len.legend(fontsize=7, loc="upper left")
+    ax_pos.set_xlabel("draft position")
+    ax_pos.set_ylabel("share of verify steps accepting it")
+    ax_pos.set_ylim(0, 1.05)
+    ax_pos.legend(fontsize=6)
+    fig.suptitle("the same drafts, prompts and steps on each backend", fontsize=10)
+    return fig
+
+
 def save(fig, path) -> None:
     fig.savefig(path, dpi=110)

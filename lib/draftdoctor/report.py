@@ -29,7 +29,17 @@ def _bench_run(bench: dict | None, name: str) -> dict | None:
     if run is None:
         return None
     return {k: run.get(k) for k in ("accept_length", "accept_rate", "tokens_per_s", "per_position", "requests",
-                                    "backend")}
+                                    "backend", "backend_label")}
+
+
+def _compared(out_dir: Path, params: dict) -> list[dict]:
+    """The runs step 05 measured on its `compare_backend` (out_dir/<backend>/results.json), if any."""
+    backend = params.get("compare_backend")
+    path = out_dir / backend / "results.json" if backend and runs.safe_name(backend) else None
+    if path is None or not path.is_file():
+        return []
+    pair = [_bench_run(json.loads(path.read_text()), name) for name in ("before", "after")]
+    return pair if all(pair) else []
 
 
 def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
@@ -45,6 +55,7 @@ def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
         "coverage_figure": "coverage.png" if (out_dir / "coverage.png").exists() else None,
         "before": _bench_run(bench, "before"),
         "after": _bench_run(bench, "after"),
+        "compared": _compared(out_dir, params),
         "error": error,
     }
 
@@ -74,8 +85,8 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
     if before and after:
         lines += ["## Verdict", "",
                   f"Accept length {_fmt(before['accept_length'])} before the fix, {_fmt(after['accept_length'])} after "
-                  f"(strict accept rate {_fmt(before['accept_rate'])} → {_fmt(after['accept_rate'])}; measured on the "
-                  f"{before.get('backend') or 'reference'} backend).", ""]
+                  f"(strict accept rate {_fmt(before['accept_rate'])} → {_fmt(after['accept_rate'])}; measured on "
+                  f"{before.get('backend_label') or (before.get('backend') or 'reference') + ' backend'}).", ""]
     lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"])
     if data["coverage_figure"]:
         lines += [f"![load coverage before the fix]({data['coverage_figure']})", ""]
@@ -97,6 +108,15 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
         lines.append("")
         if (out_dir / "acceptance.png").exists():
             lines += ["![acceptance before and after](acceptance.png)", ""]
+    if data["compared"] and before and after:
+        lines += ["## Backends compared", "", "The same drafts, prompts and steps on a second backend.", "",
+                  "| backend | accept length before | after |", "|---|---|---|"]
+        for first, second in ((before, after), data["compared"]):
+            label = first.get("backend_label") or first.get("backend")
+            lines.append(f"| {label} | {_fmt(first['accept_length'])} | {_fmt(second['accept_length'])} |")
+        lines.append("")
+        if (out_dir / "backends.png").exists():
+            lines += ["![the two backends side by side](backends.png)", ""]
     (out_dir / "report.md").write_text("\n".join(lines))
     return data
 

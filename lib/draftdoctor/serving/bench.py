@@ -97,6 +97,20 @@ def installed_sglang_release(python: str = sys.executable) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
+def backend_label(backend: str, engine=None) -> str:
+    """What a user is told ran: e.g. "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads
+    it", "reference backend emulating sglang==0.5.10 (CPU; not SGLang itself)", "SGLang 0.5.23"."""
+    from .launcher import REFERENCE_DEFAULT_ENGINE
+
+    engine = resolve_engine(engine) if engine is not None else None
+    if backend == "reference":
+        return f"reference backend emulating {(engine or resolve_engine(REFERENCE_DEFAULT_ENGINE)).spec} (CPU; not SGLang itself)"
+    if backend == "vllm":
+        return vllm.label(vllm.served_release()) + (f", each draft as {engine} loads it" if engine else "")
+    release = engine.release if engine else installed_sglang_release()
+    return f"SGLang {release}"
+
+
 @dataclass
 class BenchRun:
     """One draft's measured run and where its server log is."""
@@ -106,9 +120,11 @@ class BenchRun:
     log_path: Path
     server_accept_length: float | None
     log_accept_length: float | None
+    label: str = ""  # backend_label: what ran, as the user is told
 
     def summary(self) -> dict:
-        return self.result.summary() | {"backend": self.backend, "server_accept_length": self.server_accept_length,
+        return self.result.summary() | {"backend": self.backend, "backend_label": self.label,
+                                        "server_accept_length": self.server_accept_length,
                                         "log_accept_length": self.log_accept_length, "log": str(self.log_path)}
 
 
@@ -126,6 +142,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     k = num_draft_tokens or num_steps + 1
+    label = backend_label(backend, engine)
     runs = []
     for name, draft in drafts:
         if backend == "vllm" and engine is not None:  # served on vLLM as `engine`'s loader leaves it
@@ -150,12 +167,12 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                                   f"{why[:300]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
                                                     if runs else "")) from None
         if backend == "vllm":  # vLLM's counters are the server's own figure; its log line covers 10 s only
-            runs.append(BenchRun(result, backend, log_path, result.accept_length, None))
+            runs.append(BenchRun(result, backend, log_path, result.accept_length, None, label))
             continue
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),
                                    release=engine.release if engine else None, num_draft_tokens=k)
         runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),
-                             float(lines.accept_length.iloc[-1]) if len(lines) else None))
+                             float(lines.accept_length.iloc[-1]) if len(lines) else None, label))
     write_results(out_dir, runs)
     return runs
 
