@@ -152,10 +152,9 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
     if timeout is None:
         timeout = 120.0 + 30.0 * len(folders)
     paths = [str(f.resolve()) for f in folders]
-    if engine == "vllm":
-        args = [*(["--target-config", str(Path(target_config).resolve())] if target_config else []), *paths]
-    else:
-        args = ["--device", device, *paths]
+    args = ["--device", device, *paths]
+    if engine == "vllm" and target_config:
+        args = ["--target-config", str(Path(target_config).resolve()), *args]
     return _run_child(release, args, timeout, engine)
 
 
@@ -163,8 +162,8 @@ def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device
                     engine: str = "sglang") -> dict:
     """Load `checkpoint_dir` with `engine` `release`'s own code and return the report described above.
 
-    `device` (SGLang): "cpu" builds real tensors (sentinel and hashes), "meta" shapes only, "auto" picks
-    meta for checkpoints over 1 GiB. Raises ReleaseNotInstalled, RealLoaderTimeout or RealLoaderCrashed
+    `device`: "cpu" builds real tensors (sentinel and hashes), "meta" shapes only, "auto" picks meta for
+    checkpoints over 1 GiB. Raises ReleaseNotInstalled, RealLoaderTimeout or RealLoaderCrashed
     when no report could be made; the engine's own failures on the checkpoint are in the report's `error`.
     """
     return run_real_loaders([checkpoint_dir], release, timeout=timeout, device=device, engine=engine)[0]

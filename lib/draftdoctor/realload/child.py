@@ -24,12 +24,9 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import Captured, Stages, emit, error, free_port, fused_shards, report_stream
+from .common import Captured, Stages, device_for, emit, error, free_port, fused_shards, report_stream
 from .recorder import LoadRecorder
 
-# Checkpoints larger than this are built on the meta device: shapes, key resolution and weight-loader
-# calls still run, but no parameter memory is allocated (so no sentinel and no hashes).
-CPU_BUILD_LIMIT_BYTES = 1 << 30
 EXIT_ENVIRONMENT = 3
 
 # ServerArgs reads its `model_path` as the *target* model. The draft must only be read the way the
@@ -138,13 +135,6 @@ def check(server_args, checkpoint, device):
     return report
 
 
-def _device_for(checkpoint, requested):
-    if requested != "auto":
-        return requested
-    size = sum(f.stat().st_size for f in Path(checkpoint).glob("*.safetensors"))
-    return "meta" if size > CPU_BUILD_LIMIT_BYTES else "cpu"
-
-
 def _versions():
     import importlib.metadata
 
@@ -158,7 +148,7 @@ def run_checks(server_args, args, setup_s):
     for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
         report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": args.release,
                   "versions": versions, "checkpoint": str(checkpoint)}
-        report.update(check(server_args, checkpoint, _device_for(checkpoint, args.device)))
+        report.update(check(server_args, checkpoint, device_for(checkpoint, args.device)))
         report["timings"] = {"setup": setup_s, **report["timings"]}
         reports.append(report)
     return reports

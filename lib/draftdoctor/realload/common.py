@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import traceback
+from pathlib import Path
 
 
 class Captured(logging.Handler):
@@ -90,3 +91,16 @@ def emit(out, reports) -> int:
     out.write("\n")
     out.flush()
     return 0
+
+
+# Checkpoints larger than this are built on the meta device: shapes, key resolution and weight-loader
+# calls still run, but no parameter memory is allocated (so no sentinel and no hashes).
+CPU_BUILD_LIMIT_BYTES = 1 << 30
+
+
+def device_for(checkpoint, requested: str) -> str:
+    """"cpu" or "meta" for `checkpoint` ("auto": meta above CPU_BUILD_LIMIT_BYTES of safetensors)."""
+    if requested != "auto":
+        return requested
+    size = sum(f.stat().st_size for f in Path(checkpoint).glob("*.safetensors"))
+    return "meta" if size > CPU_BUILD_LIMIT_BYTES else "cpu"

@@ -150,12 +150,16 @@ class LoadRecorder:
         found = []
         if not isinstance(written, torch.Tensor) or written.dim() == 0:
             return found
+        own = (entry or {}).get("held", (entry or {}).get("tensor"))
+        if own is None or written is own or own.shape[1:] != written.shape[1:]:
+            return found  # the key's own tensor, as it is (or narrowed): no other key in it
         for pending in list(self._pending):
             other, tensor = pending
             if other is entry or tensor.dim() != written.dim() or tensor.shape[1:] != written.shape[1:]:
                 continue
             n = tensor.shape[0]
-            if n < written.shape[0] and any(torch.equal(block, tensor) for block in (written[:n], written[-n:])):
+            # exactly the two blocks, told by their bytes (a parameter of zeros must not claim every zero key)
+            if n + own.shape[0] == written.shape[0] and any(torch.equal(block, tensor) for block in (written[:n], written[-n:])):
                 found.append(other)
                 self._pending.remove(pending)
                 self._pending_bytes -= tensor.nbytes

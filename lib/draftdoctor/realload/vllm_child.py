@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import Captured, Stages, emit, error, free_port, fused_shards, report_stream
+from .common import Captured, Stages, device_for, emit, error, free_port, fused_shards, report_stream
 from .recorder import LoadRecorder
 
 EXIT_ENVIRONMENT = 3
@@ -71,8 +71,9 @@ def _fused_shards(module):
 _DISTRIBUTED = {"ready": False}
 
 
-def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
-    """Read, build and load `checkpoint` through vLLM; return the report."""
+def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "cpu") -> dict:
+    """Read, build and load `checkpoint` through vLLM; return the report. `device` "meta" builds no
+    parameter memory (shapes, key resolution and weight-loader calls still run; no sentinel)."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.engine.arg_utils import EngineArgs
@@ -81,7 +82,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
     from vllm.model_executor.model_loader.utils import get_draft_load_config
     from vllm.model_executor.models import utils as model_utils
 
-    report = {"config": None, "model_class": None, "device": "cpu", "error": None, "postprocess": None,
+    report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
               "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "from_target": [],
               "logs": [], "timings": {},
               # Eagle3LlamaForCausalLM.load_weights reads every key into a dict, then loads them
@@ -131,12 +132,19 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
                                              distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
                 initialize_model_parallel(1, 1)
                 _DISTRIBUTED["ready"] = True
-            get_model(vllm_config=vllm_config, model_config=draft, load_config=get_draft_load_config(vllm_config))
+            load_config = get_draft_load_config(vllm_config)
+            if device == "meta":
+                load_config.device = "meta"  # load_model builds under torch.device(load_config.device)
+            get_model(vllm_config=vllm_config, model_config=draft, load_config=load_config)
         report["postprocess"] = "done"
         enter("done")
     except Exception as exc:  # vLLM's failure is the finding: keep its type and message
-        key = state["recorder"].abort() if stages.current == "load" and state["recorder"] else None
-        report["error"] = error(stages.current, exc, key)
+        if stages.current == "postprocess" and device == "meta":
+            # the CPU post-processing repacks real tensors; on meta only its refusal is known
+            report["postprocess"] = f"skipped on meta: {type(exc).__name__}: {exc}"
+        else:
+            key = state["recorder"].abort() if stages.current == "load" and state["recorder"] else None
+            report["error"] = error(stages.current, exc, key)
         enter("done")
     finally:
         DefaultModelLoader.load_weights = original
@@ -162,6 +170,7 @@ def main(argv=None):
     parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the environment)")
     parser.add_argument("--release", required=True)
     parser.add_argument("--target-config", help="the target's config.json (default: a stand-in sized from each draft)")
+    parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
     args = parser.parse_args(argv)
 
     out = report_stream()  # vLLM prints to stdout
@@ -184,7 +193,8 @@ def main(argv=None):
                 draft_config = {}
             report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
                       "versions": versions, "checkpoint": str(checkpoint)}
-            report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch)))
+            report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch),
+                                device_for(checkpoint, args.device)))
             report["timings"] = {"setup": setup_s, **report["timings"]}
             reports.append(report)
     return emit(out, reports)
