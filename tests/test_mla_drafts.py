@@ -1,6 +1,6 @@
 """MLA EAGLE-3 drafts for Kimi/DeepSeek targets (issue 20): SGLang 0.5.23 and vLLM 0.32.0 build
-`Eagle3DeepseekV2ForCausalLM`; their own loaders say what happens, and the replay says plainly that it
-does not model the class instead of inventing findings. Needs `make sglang-loaders vllm-loaders`."""
+`Eagle3DeepseekV2ForCausalLM`; their own loaders say what happens, the replay agrees, and `fix` writes
+what each loads (or refuses a release without the class). Needs `make sglang-loaders vllm-loaders`."""
 
 import pytest
 from conftest import require_release
@@ -13,14 +13,15 @@ from draftdoctor.synth import DraftShape, write_mla_draft
 CASES = {
     "complete": dict(),
     "no-kv-a-proj": dict(drop=("layers.0.self_attn.kv_a_proj_with_mqa.weight",)),
-    "no-lm-head": dict(drop=("lm_head.weight",)),  # draft_vocab_size still declared: SGLang issue #27829
+    # draft_vocab_size (== the vocabulary, as nvidia/Kimi-K2.6-Eagle3) still declared: SGLang issue #27829
+    "no-lm-head": dict(shape=DraftShape(draft_vocab=256), drop=("lm_head.weight",)),
 }
 
 
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
     root = tmp_path_factory.mktemp("mla")
-    return {name: write_mla_draft(root / name, shape=DraftShape(), **spec) for name, spec in CASES.items()}
+    return {name: write_mla_draft(root / name, **spec) for name, spec in CASES.items()}
 
 
 @pytest.fixture(scope="module", params=["sglang==0.5.23", "vllm==0.32.0"])
@@ -64,11 +65,22 @@ def test_no_head_with_a_declared_draft_vocabulary(real):
     assert head == ("uninitialized" if engine.startswith("sglang") else "from-target")
 
 
-def test_the_replay_says_it_does_not_model_mla_and_fix_refuses(drafts, tmp_path, capsys):
-    for engine in ("sglang==0.5.23", "vllm==0.32.0"):
-        report = check(drafts["complete"], engine)
-        assert [f.code for f in report.findings][0] == "replay-not-modelled" and not report.params
-        assert report.verdict.startswith("not checked:") and not report.errors
-        code = main(["fix", str(drafts["complete"]), "--engine", engine, "--out", str(tmp_path / "out")])
-        out = capsys.readouterr().out
-        assert code == 1 and "replay-not-modelled" in out and not (tmp_path / "out").exists()
+def test_the_replay_agrees_and_fix_writes_what_each_engine_loads(real, drafts, tmp_path, capsys):
+    """The replay models the MLA class (its parameters, SGLang's cached pair, vLLM's sharded fusion):
+    on these drafts it says what the engine's own loader says, and `fix` writes a checkpoint the
+    engine loads cleanly, verified by the same check."""
+    engine, reports = real
+    for name, folder in drafts.items():
+        played = check(folder, engine)
+        assert {p.name: p.status for p in played.params} == statuses(reports[name]), name
+    out = tmp_path / "fixed"
+    code = main(["fix", str(drafts["complete"]), "--engine", engine, "--out", str(out)])
+    assert code == 0, capsys.readouterr().out
+    assert check(out, engine).verdict.startswith("loads cleanly")
+    assert not {f.code for f in real_checks([out], engine)[0].errors}
+
+
+def test_fix_refuses_an_mla_draft_for_a_release_without_the_class(drafts, tmp_path, capsys):
+    code = main(["fix", str(drafts["complete"]), "--engine", "sglang==0.5.10", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 1 and "class-unregistered" in out and "sglang==0.5.23" in out and not (tmp_path / "out").exists()

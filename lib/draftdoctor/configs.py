@@ -66,6 +66,15 @@ def _check_shape(config: dict, layer: dict) -> None:
             raise ConfigValueError(f"{field} must be a list of layer numbers, not {json.dumps(ids)[:80]}")
 
 
+# transformers' config classes' defaults that the engines build with when a flat config leaves a field
+# out: head_dim by model_type (else hidden / heads: LlamaConfig, speculators' config), and the MLA ranks
+# (DeepseekV2Config; kimi_k2 and deepseek_v3 configs are read with it or its V3 sibling)
+HEAD_DIM_DEFAULTS = {"qwen3": 128, "qwen3_moe": 128, "gemma": 256, "gemma2": 256, "gemma3_text": 256}
+MLA_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                "v_head_dim": 128}
+MLA_FIELDS = tuple(MLA_DEFAULTS)
+
+
 @dataclass(frozen=True)
 class DraftDims:
     """The dimensions and options an engine builds a draft's parameters from."""
@@ -89,7 +98,21 @@ class DraftDims:
     fc_bias: bool = False
     tie_word_embeddings: bool = False
     fc_norm: bool = False
+    use_aux_norm: bool = False  # SGLang's older name for fc_norm
     norm_before_fc: bool = False
+    model_type: str | None = None  # the decoder layer's model_type (llama, qwen3, deepseek_v2, kimi_k2, ...)
+    # the ids at each place, for the engines' fc-width rules (Profile.fc_aux_count_from)
+    aux_ids_top: tuple[int, ...] | None = None
+    aux_ids_eagle: tuple[int, ...] | None = None
+    num_aux_layers: int | None = None  # vLLM's Qwen3 class reads it before num_aux_hidden_states
+    attention_bias: bool = False
+    # MLA (DeepSeek-V2/V3, Kimi-K2 drafts), with transformers' DeepseekV2Config defaults where absent;
+    # q_lora_rank None: the config says null (q_proj instead of q_a_proj/q_b_proj)
+    q_lora_rank: int | None = MLA_DEFAULTS["q_lora_rank"]
+    kv_lora_rank: int = MLA_DEFAULTS["kv_lora_rank"]
+    qk_nope_head_dim: int = MLA_DEFAULTS["qk_nope_head_dim"]
+    qk_rope_head_dim: int = MLA_DEFAULTS["qk_rope_head_dim"]
+    v_head_dim: int = MLA_DEFAULTS["v_head_dim"]
 
     @property
     def fc_in(self) -> int:
@@ -103,20 +126,29 @@ class DraftDims:
         layer = layer_config(config)
         _check_shape(config, layer)
         for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
-                     "vocab_size", "draft_vocab_size", "target_hidden_size", "num_hidden_layers", "num_aux_hidden_states"):
+                     "vocab_size", "draft_vocab_size", "target_hidden_size", "num_hidden_layers", "num_aux_hidden_states",
+                     "num_aux_layers", *MLA_FIELDS):
             for holder in (layer, config):
                 if holder.get(name) is not None:
                     _count(holder[name], name)
         hidden = int(layer["hidden_size"])
         heads = int(layer["num_attention_heads"])
         ids, ids_at = auxids.find(config)
+        fmt = config_format(config)
+        model_type = layer.get("model_type") if isinstance(layer.get("model_type"), str) else None
+        default_head_dim = HEAD_DIM_DEFAULTS.get(model_type, hidden // heads) if fmt == FLAT else hidden // heads
+        top, eagle = (auxids.ids_at(config, where) for where in (auxids.TOP_LEVEL, auxids.EAGLE_CONFIG))
+        mla = {name: int(layer[name]) if layer.get(name) is not None else (None if name in layer else default)
+               for name, default in MLA_DEFAULTS.items()}
+        for name in MLA_FIELDS[1:]:
+            mla[name] = MLA_DEFAULTS[name] if mla[name] is None else mla[name]
         draft_vocab = config.get("draft_vocab_size", layer.get("draft_vocab_size"))
         target_hidden = config.get("target_hidden_size", layer.get("target_hidden_size"))
         return cls(
             hidden_size=hidden,
             num_heads=heads,
             num_kv_heads=int(layer.get("num_key_value_heads") or heads),
-            head_dim=int(layer.get("head_dim") or hidden // heads),
+            head_dim=int(layer.get("head_dim") or default_head_dim),
             intermediate_size=int(layer["intermediate_size"]),
             vocab_size=int(layer["vocab_size"]),
             draft_vocab_size=int(draft_vocab) if draft_vocab is not None else None,
@@ -124,12 +156,19 @@ class DraftDims:
             num_layers=int(layer.get("num_hidden_layers", 1)),
             aux_layer_ids=tuple(ids) if ids else None,
             aux_ids_at=ids_at,
-            config_format=config_format(config),
+            config_format=fmt,
             num_aux_hidden_states=int(layer["num_aux_hidden_states"]) if layer.get("num_aux_hidden_states") else None,
+            num_aux_layers=int(layer["num_aux_layers"]) if layer.get("num_aux_layers") else None,
+            model_type=model_type,
+            aux_ids_top=tuple(top) if top else None,
+            aux_ids_eagle=tuple(eagle) if eagle else None,
+            attention_bias=bool(layer.get("attention_bias", False)),
+            **mla,
             layer_options=layer_options(config),
             fc_bias=bool(config.get("bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
-            fc_norm=bool(config.get("fc_norm", False) or config.get("use_aux_norm", False)),
+            fc_norm=bool(config.get("fc_norm", False)),
+            use_aux_norm=bool(config.get("use_aux_norm", False)),
             norm_before_fc=bool((config.get("eagle_config") or {}).get("norm_before_fc", config.get("norm_before_fc", False))),
         )
 
@@ -292,10 +331,14 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
     if config.get("architectures") != arch:
         changes.append(ConfigChange("architectures", config.get("architectures", ABSENT), arch,
                                     f"the draft class {profile.engine} registers"))
-    if config.get("model_type") != "llama":
-        changes.append(ConfigChange("model_type", config.get("model_type", ABSENT), "llama",
-                                    "transformers needs model_type to read the config"))
-    flat = {"architectures": arch, "model_type": "llama", **body}
+    source_type = (layer if source == SPECULATORS else config).get("model_type")
+    model_type = source_type if source_type in profile.model_types else profile.model_types[0]
+    if config.get("model_type") != model_type:
+        changes.append(ConfigChange("model_type", config.get("model_type", ABSENT), model_type,
+                                    "transformers needs model_type to read the config" if source_type is None else
+                                    f"{profile.engine} reads this draft class with model_type "
+                                    f"{' or '.join(profile.model_types)}"))
+    flat = {"architectures": arch, "model_type": model_type, **body}
     for key, value in _legacy_rope(flat).items():
         flat[key] = value
         changes.append(ConfigChange(key, ABSENT, value, "restates rope_parameters for transformers < 5 (SGLang 0.4.x)"))
@@ -307,7 +350,19 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
                                     "left out: SGLang computes target_hidden_size * 3 and crashes on null"))
     if "bias" in config:
         flat["bias"] = config["bias"]
-    if ids:
+    if profile.aux_ids_from[0] == auxids.TOP_LEVEL:  # an engine reading the top level (vLLM): the ids go there
+        if sglang_ids:
+            ids = auxids.convert(eagle.pop("eagle_aux_hidden_state_layer_ids"), auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
+            changes.append(ConfigChange("eagle_config.eagle_aux_hidden_state_layer_ids", sglang_ids, ids,
+                                        f"plus 1, at the top level: {profile.engine} reads the ids only there, as-is",
+                                        "eagle_aux_hidden_state_layer_ids"))
+        if ids:
+            flat["eagle_aux_hidden_state_layer_ids"] = ids
+            if len(ids) != 3 and "num_aux_hidden_states" in profile.fc_aux_count_from and "num_aux_hidden_states" not in flat:
+                flat["num_aux_hidden_states"] = len(ids)
+                changes.append(ConfigChange("num_aux_hidden_states", ABSENT, len(ids),
+                                            f"{profile.engine} sizes fc from it, not from top-level ids"))
+    elif ids:
         eagle["eagle_aux_hidden_state_layer_ids"] = auxids.convert(ids, auxids.TOP_LEVEL, auxids.EAGLE_CONFIG)
         changes.append(ConfigChange("eagle_aux_hidden_state_layer_ids", ids, eagle["eagle_aux_hidden_state_layer_ids"],
                                     "minus 1, in eagle_config: SGLang reads the ids only there and captures id + 1",

@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
-from .configs import FLAT, MISSING, ConfigValueError, DraftDims, config_format
-from .engines import (CRASH, STACKED, WARN, ParamSpec, Profile, from_target, identity_by_default, parameters,
-                      resolve_engine)
+from .configs import FLAT, MISSING, SPECULATORS, ConfigValueError, DraftDims, config_format
+from .engines import CRASH, WARN, ParamSpec, Profile, from_target, identity_by_default, parameters, resolve_engine
 from .layouts import Layout, detect_layout, is_training_only
 
 from .statuses import KeyFate, ParamFate
@@ -230,7 +229,8 @@ def verdict(report: CoverageReport) -> str:
             line += ": expect accept length 1.00"
         return line + ("; and the config is unreadable" if config else "")
     if config:
-        return f"every parameter is written, but the server will not start: {config[0].message}"
+        written = "every parameter is written, but " if report.params else ""
+        return f"{written}the server will not start: {config[0].message}"
     errors = [f for f in report.findings if f.severity == F.ERROR]
     if errors:
         more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
@@ -295,12 +295,26 @@ def _lookup(profile: Profile, name: str, params: dict) -> str | None:
     return next((c for c in profile.lookup_names(name) if c in params), None)
 
 
-def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | None, object, str]:
-    """Follow the profile's resolution steps for one key -> (status, parameter, shard, reason)."""
+def renamed(profile: Profile, key: str) -> str:
+    """The key after the profile's legacy renames (substring; `^old`: only at the start)."""
     name = key
     for old, new in profile.legacy_renames:
-        if old in name:
+        if old.startswith("^"):
+            name = new + name[len(old) - 1:] if name.startswith(old[1:]) else name
+        elif old in name:
             name = name.replace(old, new)
+    return name
+
+
+PAIRED = "paired"  # resolve_key's status for a key the loader holds until its partner arrives
+PAIR_REASON = "concatenated with its partner"
+
+
+def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | None, object, str]:
+    """Follow the profile's resolution steps for one key -> (status, parameter, shard, reason). A key
+    of a cached pair (`Profile.paired_keys`) gets PAIRED with the name it is looked up as; the replay
+    settles it when its partner arrives, or at the end."""
+    name = renamed(profile, key)
     for sub, attribute in profile.derived_keys:
         if sub in name:
             return DERIVED, None, None, f"becomes the {attribute} attribute"
@@ -315,27 +329,45 @@ def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | No
             if param in params:
                 return LOADED, param, None, f"renamed to {param}"
             return _unmatched(profile, key, param, profile.on_unmatched)
-    for weight_name, param_name, shard in STACKED:
+    for weight_name, param_name, shard in profile.stacked:
         if weight_name in name:
             fused = name.replace(weight_name, param_name)
             target = _lookup(profile, fused, params)
             if target is None:
-                return _unmatched(profile, key, fused, profile.on_unmatched_stacked)
+                return _unmatched(profile, key, fused, profile.on_unmatched_stacked, params)
             return LOADED, target, shard, ""
+    if any(first in name or second in name for first, second, _ in profile.paired_keys):
+        return PAIRED, profile.lookup_names(name)[-1], None, ""
     target = _lookup(profile, name, params)
     if target is None:
-        return _unmatched(profile, key, name, profile.on_unmatched)
+        return _unmatched(profile, key, name, profile.on_unmatched, params)
     return LOADED, target, None, ""
 
 
-def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, str]):
+def _failing_prefix(name: str, params) -> str:
+    """The part of `name` a module-tree loader (vLLM's AutoWeightsLoader) names when it cannot place
+    it: its components up to the first one no parameter path has at that place."""
+    parts = name.split(".")
+    paths = [p.split(".") for p in params]
+    depth = 0
+    while depth < len(parts) and any(p[:depth + 1] == parts[:depth + 1] for p in paths):
+        depth += 1
+    return ".".join(parts[:depth + 1])
+
+
+def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, str], params=()):
     policy, message = on_unmatched
     if is_training_only(key) and policy != CRASH:
         return TRAINING_ONLY, None, None, "training-only tensor; no engine parameter exists for it"
     last = profile.lookup_names(tried)[-1]  # the name the engine looked up last
     if key.endswith(profile.unmatched_skipped_suffixes):
         return DROPPED, None, None, f"no parameter {last}; skipped silently (unexpected {key.rsplit('.', 1)[-1]} weights are ignored)"
-    said = f': "{message.format(name=last, local=tried)}"' if message else ""
+    inner = last.startswith("model.")
+    outer_module, inner_module = profile.module_names
+    prefix = _failing_prefix(last.removeprefix("model.") if inner else last,
+                             [p.removeprefix("model.") for p in params if p.startswith("model.") == inner])
+    said = (f': "{message.format(name=last, local=tried, key=key, prefix=prefix, module=inner_module if inner else outer_module)}"'
+            if message else "")
     if policy == CRASH:
         return CRASHED, None, None, f"no parameter {last}; the load fails{said}"
     if policy == WARN:
@@ -379,23 +411,38 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
     unmodelled = unmodelled_class(profile, release, config)
     if unmodelled is not None:
         return unmodelled
+    layer_type = (config.get("transformer_layer_config") or {}).get("model_type") or "llama"
+    if fmt == SPECULATORS and profile.speculators_classes and layer_type not in dict(profile.speculators_classes):
+        return F.finding("config-unreadable", (
+            f"{where}: {profile.engine} reads speculators' config by its layer model_type, and has no EAGLE-3 class "
+            f"for {layer_type!r}: \"Unsupported model_type {layer_type} for Eagle3 speculator\""))
     architectures = config.get("architectures") or []
+    rewritten = dict(profile.rewritten_model_types).get(config.get("model_type")) if fmt == FLAT else None
+    if rewritten:
+        return F.finding("config-unreadable", (
+            f"{where}: {profile.engine} turns a draft of model_type {config.get('model_type')!r} into its MTP module "
+            f"before the registry: \"Model architectures ['{rewritten}'] are not supported for now\"; a model_type "
+            f"such as deepseek_v2 or kimi_k2 keeps {architectures[0] if architectures else 'the draft class'}"))
     looked_up = profile.registry_names(architectures)
     if fmt == FLAT and set(looked_up) & set(profile.plain_architectures) and not set(looked_up) & set(profile.architectures):
         return F.finding(
             "loader-crash",
             f"{where}: architectures {architectures} name a target model, not an EAGLE-3 draft: {profile.engine} "
-            f"builds a plain {looked_up[0]}, which has no fc and no draft layer, and its load fails (at lm_head "
-            f"with SGLang's own loader); `draftdoctor fix --engine {profile.engine}=={release}` writes "
-            f"{profile.architectures[0]}",
+            f"builds a plain {looked_up[0]}, which has no fc and no draft layer, and its build or load fails (seen "
+            f"with SGLang's own loaders); `draftdoctor fix --engine {profile.engine}=={release}` writes its EAGLE-3 class",
         )
     if fmt == FLAT and not set(looked_up) & set(profile.architectures):
+        said = profile.unknown_architecture.format(architectures=looked_up, first=looked_up[0] if looked_up else None)
         return F.finding(
             "config-unreadable",
-            f"{where}: \"Model architectures {architectures} are not supported\" by {profile.engine} "
-            f"as an EAGLE-3 draft (expected {profile.architectures[0]})",
+            f"{where}: {profile.engine} has no EAGLE-3 draft class for architectures {architectures}: \"{said}\" "
+            f"(expected {profile.architectures[0]})",
         )
-    if fmt == FLAT and "target_hidden_size" in config and config["target_hidden_size"] is None:
+    if profile.q_lora_required and dims.q_lora_rank is None:
+        return F.finding("loader-crash", f"{where}: q_lora_rank is null; {profile.engine} {release} raises "
+                                         f"\"{profile.q_lora_required}\" while building the draft")
+    if fmt == FLAT and profile.null_target_hidden_crashes and "target_hidden_size" in config \
+            and config["target_hidden_size"] is None:
         return F.finding(
             "loader-crash",
             f"{where}: target_hidden_size is null; {profile.engine} computes target_hidden_size * "
@@ -414,7 +461,7 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     """The coverage report of loading `checkpoint` with `engine`'s profile (an Engine, or a spec
     such as 'sglang==0.5.10')."""
     engine = resolve_engine(engine)
-    profile, release = engine.profile, engine.release
+    profile, release = engine.profile_for(checkpoint.config), engine.release
     dims = draft_dims(checkpoint)
     dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
@@ -428,9 +475,14 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     blocking = config_problem(profile, release, checkpoint, dims)
     if blocking is not None:
         findings.append(blocking)
-    crashed = blocking is not None and blocking.code in ("loader-crash", "replay-not-modelled")
+    fmt = config_format(checkpoint.config)
+    # a config the engine cannot parse at all still has weights worth checking: they are replayed under
+    # the config `fix` writes (its dims); any other refusal builds nothing
+    crashed = blocking is not None and not (blocking.code == "config-unreadable" and fmt in (FLAT, SPECULATORS)
+                                            and fmt not in profile.config_formats)
     if crashed:
         params = {}  # the engine fails while building the draft (or builds a class not modelled here)
+    held: dict[str, KeyStatus] = {}  # keys of a cached pair waiting for their partner, by looked-up name
     for key in _iteration_order(checkpoint):
         t = checkpoint.tensors[key]
         if crashed:
@@ -459,6 +511,8 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
         elif status == CRASHED:
             findings.append(F.finding("loader-crash", f"{key}: {reason}"))
             crashed = True
+        elif status == PAIRED:
+            crashed = _settle_pair(profile, ks, target, held, specs, params, findings)
         keys.append(ks)
     report = CoverageReport(
         engine=engine.spec, loader="replay", path=str(checkpoint.path),
@@ -466,17 +520,67 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
         params=list(params.values()), keys=keys, findings=findings,
     )
     for p in report.params:
-        settle_unwritten(p, profile, dims, specs[p.name])
+        settle_unwritten(p, profile, dims, specs[p.name], checkpoint.tensors)
     report.findings += coverage_findings(report)
     return report
 
 
-def settle_unwritten(param: ParamStatus, profile: Profile, dims: DraftDims, spec: ParamSpec) -> None:
+def pair_of(profile: Profile, name: str) -> tuple[str, str]:
+    """(partner's looked-up name, fused parameter name) of a key of a cached pair (`Profile.paired_keys`)."""
+    first, second, fused_sub = next(p for p in profile.paired_keys if p[0] in name or p[1] in name)
+    partner = name.replace(first, second) if first in name else name.replace(second, first)
+    return partner, (partner if first in partner else name).replace(first, fused_sub)
+
+
+def _settle_pair(profile: Profile, ks: KeyStatus, name: str, held: dict, specs: dict, params: dict, findings: list) -> bool:
+    """One key of a cached pair (`Profile.paired_keys`): held until its partner arrives, then both are
+    concatenated (first, second) into the fused parameter; returns whether the load fails here."""
+    first = next(p for p in profile.paired_keys if p[0] in name or p[1] in name)[0]
+    partner, fused = pair_of(profile, name)
+    ks.status, ks.param = DROPPED, None
+    ks.reason = (f"held until {partner} arrives, which it never does: {profile.engine} never loads it, and says nothing")
+    if partner not in held:
+        held[name] = ks
+        return False
+    other = held.pop(partner)
+    pair = (other, ks) if first in partner else (ks, other)
+    if fused not in specs:
+        for k in pair:
+            k.reason = f"concatenated with its partner into {fused}, which is no parameter: dropped silently"
+        return False
+    shapes = [tuple(k.shape) for k in pair]
+    want = specs[fused].shape
+    if shapes[0][1:] != shapes[1][1:]:  # torch.cat fails before anything is written
+        ks.status, ks.reason = MISMATCH, f"cannot be concatenated with {other.key} {list(other.shape)}"
+        findings.append(F.finding("shape-mismatch", (
+            f"{pair[0].key} {list(shapes[0])} and {pair[1].key} {list(shapes[1])} cannot be concatenated into {fused}: "
+            "\"Sizes of tensors must match except in dimension 0\"")))
+        return True
+    if shapes[0][0] + shapes[1][0] != want[0] or shapes[0][1:] != want[1:]:
+        got = [shapes[0][0] + shapes[1][0], *shapes[0][1:]]
+        ks.status, ks.param, ks.reason = MISMATCH, fused, f"with {other.key}, shape {got} does not fit {fused} {list(want)}"
+        params[fused].status = MISMATCH
+        findings.append(F.finding("shape-mismatch", (
+            f"{pair[0].key} {list(shapes[0])} and {pair[1].key} {list(shapes[1])}, concatenated, cannot load into "
+            f"{fused} {list(want)}")))
+        return True
+    for k in pair:
+        k.status, k.param, k.reason = LOADED, fused, f"{PAIR_REASON} into {fused}"
+        _mark_written(params[fused], k.key, None)
+    return False
+
+
+# what a checkpoint key must contain to count as the draft's own tensor of that role (vLLM's proposer
+# shares the target's embedding or head when no key names one: `has_own_embed_tokens`/`has_own_lm_head`)
+ROLE_KEYS = {"embed": "embed_tokens", "lm_head": "lm_head"}
+
+
+def settle_unwritten(param: ParamStatus, profile: Profile, dims: DraftDims, spec: ParamSpec, keys) -> None:
     """What a parameter the checkpoint leaves unwritten holds at serve time, when that is not its
     random initial value: the target's tensor (from-target), or an initial value that is already
-    right for this draft (identity)."""
+    right for this draft (identity). `keys`: the checkpoint's tensor names."""
     param.replaced_by_target = from_target(profile, dims, spec) or (
-        param.status == UNINITIALIZED and spec.role in profile.from_target_when_absent)
+        spec.role in profile.from_target_when_absent and not any(ROLE_KEYS[spec.role] in k for k in keys))
     if param.replaced_by_target and param.status in (UNINITIALIZED, PARTIAL):
         param.status = FROM_TARGET
     elif param.status == UNINITIALIZED and identity_by_default(dims, spec):
@@ -491,10 +595,12 @@ def resized_finding(profile: Profile, key: str, shape, param: str, expected) -> 
 
 
 def _resized_silently(profile: Profile, param: str, got, expected) -> bool:
-    """Whether the engine pads or cuts this weight to fit instead of failing (only one dim differs)."""
+    """Whether the engine pads or cuts this weight to fit instead of failing (only one dim differs, on
+    the side the engine resizes)."""
     differing = [d for d, (a, b) in enumerate(zip(got, expected)) if a != b]
     return len(got) == len(expected) and any(
-        param.endswith(suffix) and differing == [dim] for suffix, dim in profile.resized_silently)
+        param.endswith(suffix) and differing == [dim] and (side == "either" or got[dim] > expected[dim])
+        for suffix, dim, side in profile.resized_silently)
 
 
 def _mark_written(param: ParamStatus, key: str, shard) -> None:

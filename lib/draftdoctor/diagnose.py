@@ -29,7 +29,8 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
     engine = resolve_engine(engine)
     report = (real_check(checkpoint, engine, target_config=target_config) if loader == "real"
               else replay(checkpoint, engine))
-    report.findings += draft_checks(checkpoint, engine.profile, draft_dims(checkpoint), target_config)
+    report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), draft_dims(checkpoint),
+                                    target_config)
     return report
 
 

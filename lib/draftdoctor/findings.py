@@ -66,6 +66,12 @@ CODES = {
         "two checkpoint tensors would get the same name, or load into the same parameter; one would overwrite the other",
         "remove the duplicate tensor from the source checkpoint",
     ),
+    "class-unregistered": Code(
+        ERROR,
+        "the engine release registers no EAGLE-3 draft class for this draft's architecture (e.g. MLA before "
+        "SGLang 0.5.23, Qwen3 with q/k norms in SGLang): no renaming makes it load as it was trained",
+        "serve it with an engine release that registers the class (`draftdoctor check --engine ...`)",
+    ),
     "replay-not-modelled": Code(
         WARNING,
         "the engine builds a draft class (MLA, Qwen3 with q/k norms) whose loading the replay does not model: "

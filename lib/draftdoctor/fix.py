@@ -36,7 +36,8 @@ from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, C
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
 from .checks import OPTION_CODES, read_target_config
-from .coverage import CoverageReport, draft_dims, unmodelled_class
+from .coverage import PAIR_REASON, CoverageReport, draft_dims, unmodelled_class
+from .provenance import recognise
 from .diagnose import diagnose
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
@@ -223,8 +224,12 @@ def plan_fix(src, engine, target=None) -> FixPlan:
     for the checks that need it."""
     engine = resolve_engine(engine)
     target_config = read_target_config(target) if target is not None else None
-    profile = engine.profile
     ckpt = open_checkpoint(src)
+    provenance = recognise(ckpt.keys(), ckpt.config if isinstance(ckpt.config, dict) else None)
+    draft_class = provenance.draft_class
+    # the release's row for the draft's own class: its names, config, parameters (the Llama row's facts
+    # stand in, and a class-unregistered finding refuses, when the release has no such class)
+    profile = engine.class_row(draft_class) or engine.profile
     fmt = config_format(ckpt.config)
     if fmt == MISSING:
         raise FixError(f"{ckpt.config_path}: no such file; fix needs the draft's config to write the one "
@@ -252,12 +257,24 @@ def plan_fix(src, engine, target=None) -> FixPlan:
                          target_config=target_config)
     if unmodelled is not None:  # the rewritten config names a modelled class: the rest is guesswork
         predicted.findings.insert(0, unmodelled)
+    if engine.class_row(draft_class) is None:
+        predicted.findings.insert(0, F.finding("class-unregistered", (
+            f"{ckpt.folder} is a draft of the {provenance.architecture} kind ({provenance.evidence[0]}); {engine} "
+            f"registers no such draft class, so no rewrite makes it load as trained: {_releases_with(draft_class)}")))
     found = list(predicted.findings)
     found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves, predicted)
     return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
                    rewrite, _other_files(ckpt), predicted, found, target_config)
+
+
+def _releases_with(draft_class: str) -> str:
+    """Where a draft class is registered, from the profile rows."""
+    from .engines import all_profiles
+
+    rows = [p.spec for p in all_profiles() if p.draft_class == draft_class]
+    return f"serve it with {' or '.join(rows)}" if rows else "no supported engine release registers it"
 
 
 def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, str]:
@@ -286,8 +303,9 @@ def _collisions(moves: list[TensorMove], predicted: CoverageReport) -> list[F.Fi
         if m.new is not None and m.new in seen:
             out.append(F.finding("rename-collision", f"{seen[m.new]} and {m.old} would both be named {m.new}"))
         seen.setdefault(m.new, m.old)
+    paired = {k.key for k in predicted.keys if k.reason.startswith(PAIR_REASON)}  # two keys, one write
     for p in predicted.params:
-        if len(p.keys) > max(1, len(p.shards_written)):
+        if len([k for k in p.keys if k not in paired]) + bool(paired & set(p.keys)) > max(1, len(p.shards_written)):
             out.append(F.finding("rename-collision", f"{', '.join(p.keys)} would all load into {p.name}"))
     return out
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .configs import SPECULATORS, config_format
 
 LLAMA, QWEN3, MLA = "Llama EAGLE-3", "Qwen3 EAGLE-3 (q/k norms)", "MLA EAGLE-3 (DeepSeek/Kimi targets)"
+DRAFT_CLASS = {LLAMA: "llama", QWEN3: "qwen3", MLA: "mla"}  # the engines' builder of each (Profile.draft_class)
 MLA_KEYS = ("kv_a_proj_with_mqa", "q_a_proj", "kv_b_proj")
 # ModelOpt's nested eagle_config switches (field notes §14)
 MODELOPT_FIELDS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_aux_hidden_state")
@@ -24,6 +25,11 @@ class Provenance:
     architecture: str  # LLAMA | QWEN3 | MLA
     trainer: str  # speculators | SpecForge | the EAGLE repo | ModelOpt | AngelSlim | a converter | unknown
     evidence: tuple[str, ...]
+
+    @property
+    def draft_class(self) -> str:
+        """The draft class an engine must build for it: llama | qwen3 | mla (`Profile.draft_class`)."""
+        return DRAFT_CLASS[self.architecture]
 
 
 def _architecture(keys: list[str], config: dict) -> tuple[str, str]:

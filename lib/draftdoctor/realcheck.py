@@ -31,8 +31,10 @@ from .layouts import detect_layout, is_training_only
 from .errors import UserError
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
+# the registry has no class for the config's architectures: the config names the wrong class
+UNKNOWN_CLASS = ("Cannot find model module", "are not supported for now")
 SHAPE_ERRORS = ("Attempted to load weight", "exceeds dimension size", "param_data.shape",
-                "Tried to load weights of size")
+                "Tried to load weights of size", "loaded_weight.shape", "Sizes of tensors must match")
 
 
 class RealCheckError(UserError, RuntimeError):
@@ -108,13 +110,20 @@ def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
     return folder
 
 
+def is_shape_error(error: dict) -> bool:
+    """A load that failed on a tensor's shape: a shape message, or a bare assertion of a weight loader
+    (vLLM's merged-column loader asserts shapes without a message)."""
+    return error["stage"] == "load" and (any(s in error["message"] for s in SHAPE_ERRORS)
+                                         or error["type"] == "AssertionError")
+
+
 def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
     name = ENGINE_NAMES[engine.name]
     message = f"{error['type']}: {error['message']}"
     where = f" (loading {error['key']})" if error.get("key") else ""
-    if error["stage"] == "config":
+    if error["stage"] == "config" or error["stage"] == "build" and any(s in error["message"] for s in UNKNOWN_CLASS):
         return F.finding("config-unreadable", f"{checkpoint.config_path}: {name} says \"{message}\"")
-    if error["stage"] == "load" and any(s in error["message"] for s in SHAPE_ERRORS):
+    if is_shape_error(error):
         return F.finding("shape-mismatch", f"{name} raised{where}: {message}")
     return F.finding("loader-crash", f"{name} raised while {'building' if error['stage'] == 'build' else 'loading'}"
                                      f" the draft{where}: {message}")
@@ -123,7 +132,7 @@ def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
 def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
     """Map a `realload` report onto a CoverageReport (loader "real")."""
     engine = resolve_engine(engine)
-    profile = engine.profile
+    profile = engine.profile_for(checkpoint.config)
     dims = draft_dims(checkpoint)
     specs = {p.name: p for p in parameters(profile, dims)}
     bytes_per = dominant_dtype_bytes(checkpoint)
@@ -141,12 +150,12 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             nbytes=math.prod(spec.shape if spec else p["shape"]) * bytes_per, status=STATUS[p["status"]], keys=[w["key"] for w in ok],
             shards_written=list(p["shards_written"] or []),
             shards_missing=sorted(expected - set(p["shards_written"] or [])))
-        shape_error = error and any(m in error["message"] for m in SHAPE_ERRORS)
+        shape_error = error and is_shape_error(error)
         if shape_error and any(not w["ok"] for w in p["writes"]):
             status.status = MISMATCH
         if spec:
-            settle_unwritten(status, profile, dims, spec)
-        if "from_target" in raw:  # the engine's own word on what its proposer takes from the target
+            settle_unwritten(status, profile, dims, spec, checkpoint.tensors)
+        if "from_target" in raw and not error:  # the engine's own word on what its proposer takes from the target
             status.replaced_by_target = p["name"] in raw["from_target"]
             if status.status == FROM_TARGET and not status.replaced_by_target:
                 status.status = STATUS[p["status"]]
@@ -166,7 +175,7 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             # its error, an unplaced key was not reached, not skipped
             ks.status, ks.reason = NOT_REACHED, "the load failed before this key was placed"
         elif error and error.get("stage") == "load" and error.get("key") == k["key"]:
-            ks.status, ks.reason = (MISMATCH if any(s in error["message"] for s in SHAPE_ERRORS) else CRASHED,
+            ks.status, ks.reason = (MISMATCH if is_shape_error(error) else CRASHED,
                                     error["message"])
         elif any(sub in k["key"] for sub in profile.ignored_keys):
             ks.status, ks.reason = IGNORED, "skipped by design"
@@ -194,8 +203,8 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
 def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:
     """A key written into a parameter of another shape: SGLang pads or narrows row-parallel weights silently."""
     spec = specs.get(key.param)
-    if spec is None:
-        return []
+    if spec is None or any(part in key.key for pair in profile.paired_keys for part in pair[:2]):
+        return []  # one of a concatenated pair fills only its block of rows
     expected = spec.shard_shape(key.shard)
     if tuple(key.shape) == tuple(expected):
         return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .coverage import CRASHED, DERIVED, IGNORED, LOADED, TRAINING_ONLY, resolve_key
+from .coverage import CRASHED, DERIVED, DROPPED, IGNORED, LOADED, PAIRED, TRAINING_ONLY, pair_of, resolve_key
 from .layouts import MIDLAYER_LAYOUT, PREFIXED_LAYOUT, SPECULATORS_LAYOUT, UNKNOWN_LAYOUT, is_training_only
 
 
@@ -70,6 +70,9 @@ class Renaming:
 
 def _native(profile, name: str, params: dict) -> tuple[str, str]:
     status, param, _, reason = resolve_key(replace(profile, legacy_renames=()), name, params)
+    if status == PAIRED:  # loads with its partner, into the fused parameter, when that exists
+        fused = pair_of(profile, param)[1]
+        status, param, reason = (LOADED, fused, "") if fused in params else (DROPPED, None, f"no parameter {fused}")
     return status, (f"loads into {param}" if status == LOADED else reason)
 
 

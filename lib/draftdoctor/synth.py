@@ -219,37 +219,64 @@ def write_shards(folder: Path, tensors: dict, shards: int, fill: str = "random",
     (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
 
 
-def write_mla_draft(folder, drop: tuple[str, ...] = (), shape: DraftShape = DraftShape(), q_lora_rank: int = 48,
+REMOVE = object()  # in a config edit: take the field out
+
+
+def edit_config(folder, **changes) -> Path:
+    """Change fields of the config.json in `folder` (a value REMOVE takes the field out)."""
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is REMOVE:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config, indent=2))
+    return Path(folder)
+
+
+def write_mla_draft(folder, drop: tuple[str, ...] = (), shape: DraftShape = DraftShape(), q_lora_rank: int | None = 48,
                     kv_lora_rank: int = 32, qk_nope_head_dim: int = 32, qk_rope_head_dim: int = 16,
-                    v_head_dim: int = 32) -> Path:
+                    v_head_dim: int = 32, layer: str = "layers.0.", key_prefix: str = "", extra: dict | None = None,
+                    config: dict | None = None) -> Path:
     """A tiny MLA EAGLE-3 draft (`Eagle3DeepseekV2ForCausalLM`, as ModelOpt exports them for Kimi and
-    DeepSeek targets): speculators-style `layers.0.*` keys with DeepSeek-V2 attention projections, a
-    flat DeepSeek-V2 config with yarn rope (SGLang's CPU rope for MLA requires rope scaling)."""
+    DeepSeek targets): speculators-style `layers.0.*` keys (or `layer`) with DeepSeek-V2 attention
+    projections (q_proj instead of q_a/q_b when `q_lora_rank` is None), a flat DeepSeek-V2 config with
+    yarn rope (SGLang's CPU rope for MLA requires rope scaling). `key_prefix` goes before every key but
+    lm_head and the vocabulary map; `extra` adds or overrides tensors; `config` edits the config
+    (edit_config's rules)."""
     s = shape
     H, nh, I = s.hidden, s.heads, s.intermediate
+    nope, rope, v = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
 
     def t(*dims):
         return ("F16", dims)
 
-    L = "layers.0."
+    L = layer
     tensors = {
         "fc.weight": t(H, len(s.aux_layer_ids) * s.target_hidden), "norm.weight": t(H),
         "lm_head.weight": t(s.draft_vocab or s.vocab, H),
         f"{L}hidden_norm.weight": t(H), f"{L}input_layernorm.weight": t(H), f"{L}post_attention_layernorm.weight": t(H),
-        f"{L}self_attn.q_a_proj.weight": t(q_lora_rank, 2 * H), f"{L}self_attn.q_a_layernorm.weight": t(q_lora_rank),
-        f"{L}self_attn.q_b_proj.weight": t(nh * (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank),
-        f"{L}self_attn.kv_a_proj_with_mqa.weight": t(kv_lora_rank + qk_rope_head_dim, 2 * H),
+        f"{L}self_attn.kv_a_proj_with_mqa.weight": t(kv_lora_rank + rope, 2 * H),
         f"{L}self_attn.kv_a_layernorm.weight": t(kv_lora_rank),
-        f"{L}self_attn.kv_b_proj.weight": t(nh * (qk_nope_head_dim + v_head_dim), kv_lora_rank),
-        f"{L}self_attn.o_proj.weight": t(H, nh * v_head_dim),
+        f"{L}self_attn.kv_b_proj.weight": t(nh * (nope + v), kv_lora_rank),
+        f"{L}self_attn.o_proj.weight": t(H, nh * v),
         f"{L}mlp.gate_proj.weight": t(I, H), f"{L}mlp.up_proj.weight": t(I, H), f"{L}mlp.down_proj.weight": t(H, I),
     }
+    if q_lora_rank is None:
+        tensors[f"{L}self_attn.q_proj.weight"] = t(nh * (nope + rope), 2 * H)
+    else:
+        tensors |= {f"{L}self_attn.q_a_proj.weight": t(q_lora_rank, 2 * H),
+                    f"{L}self_attn.q_a_layernorm.weight": t(q_lora_rank),
+                    f"{L}self_attn.q_b_proj.weight": t(nh * (nope + rope), q_lora_rank)}
     if s.draft_vocab and s.draft_vocab < s.vocab:
         tensors["d2t"], tensors["t2d"] = vocab_map(s.vocab, s.draft_vocab)
+    tensors = {(k if k.startswith("lm_head") or k in ("d2t", "t2d") else key_prefix + k): val
+               for k, val in (tensors | (extra or {})).items() if k not in drop}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    write_shards(folder, {k: v for k, v in tensors.items() if k not in drop}, 1)
-    config = {
+    write_shards(folder, tensors, 1)
+    config_body = {
         "architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": H,
         "intermediate_size": I, "num_attention_heads": nh, "num_key_value_heads": nh, "num_hidden_layers": 1,
         "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
@@ -260,5 +287,30 @@ def write_mla_draft(folder, drop: tuple[str, ...] = (), shape: DraftShape = Draf
                          "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
         auxids.KEY: list(s.aux_layer_ids),
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "config.json").write_text(json.dumps(config_body, indent=2))
+    return edit_config(folder, **(config or {}))
+
+
+HEADER_ONLY_FORMAT = "draftdoctor-header-only/1"
+
+
+def write_header_only(folder, layout: dict, config: dict | None) -> Path:
+    """A published draft rebuilt from its header alone (tests/corpus/public: `tensors.json`, format
+    HEADER_ONLY_FORMAT): every tensor's name, dtype and shape, data as a sparse hole (no disk, reads as
+    zeros), in the published shards (`shards`, else one model.safetensors: a published `.bin` is
+    rebuilt as safetensors, which every engine reads too), and its config.json."""
+    if layout.get("format") != HEADER_ONLY_FORMAT:
+        raise ValueError(f"not a {HEADER_ONLY_FORMAT} tensor list")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {name: (t["dtype"], tuple(t["shape"])) for name, t in layout["tensors"].items()}
+    shards = layout.get("shards") or {"model.safetensors": list(tensors)}
+    for file, names in shards.items():
+        write_safetensors(folder / file, {n: tensors[n] for n in names}, {"format": "pt"}, fill="sparse")
+    if len(shards) > 1:
+        weight_map = {n: file for file, names in shards.items() for n in names}
+        total = sum(int(np.prod(shape, dtype=np.int64)) * DTYPE_BYTES[dtype] for dtype, shape in tensors.values())
+        (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import sglang, vllm
-from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, ServingFacts, from_target,
-                      identity_by_default, parameters, parse_version)
+from ..configs import FLAT, SPECULATORS, config_format, layer_config
+from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, ServingFacts, fc_aux_count,
+                      from_target, identity_by_default, parameters, parse_version)
 
 __all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "ParamSpec", "Profile", "ServingFacts",
-           "all_profiles", "from_parameters", "from_target", "identity_by_default", "parameters", "parse_version", "resolve_engine",
-           "serving_facts"]
+           "all_profiles", "fc_aux_count", "from_parameters", "from_target", "identity_by_default", "parameters",
+           "parse_version", "resolve_engine", "serving_facts"]
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,32 @@ class Engine:
 
     name: str  # "sglang" | "vllm"
     release: str
-    profile: Profile  # how it builds and loads the draft
+    profile: Profile  # how it builds and loads its Llama EAGLE-3 draft class, and the release's own facts
 
     @property
     def spec(self) -> str:
         return f"{self.name}=={self.release}"
+
+    def profile_for(self, config: dict | None) -> Profile:
+        """The row of the draft class this release builds for `config` (MLA, Qwen3, ...), chosen as the
+        engine chooses: a flat config by its `architectures` as the engine rewrites them, a speculators
+        config by its layer model_type (`Profile.speculators_classes`); else the Llama class's row."""
+        fmt = config_format(config)
+        if fmt == FLAT:
+            names = set(self.profile.registry_names(config.get("architectures") or []))
+        elif fmt == SPECULATORS:
+            model_type = layer_config(config).get("model_type") or "llama"
+            names = {dict(self.profile.speculators_classes).get(model_type)}
+        else:
+            return self.profile
+        return next((row for row in self._rows() if names & set(row.architectures)), self.profile)
+
+    def class_row(self, draft_class: str) -> Profile | None:
+        """This release's row for a draft class (llama, qwen3, mla), None when it registers no such class."""
+        return next((row for row in self._rows() if row.draft_class == draft_class), None)
+
+    def _rows(self) -> list[Profile]:
+        return [row for row in all_profiles() if row.engine == self.name and row.contains(self.release)]
 
     def __str__(self) -> str:
         return self.spec
@@ -68,8 +90,8 @@ def resolve_engine(spec: "str | Engine") -> Engine:
         return spec
     engine, _, version = spec.strip().partition("==")
     engine = engine.strip().lower()
-    profiles = [p for p in all_profiles() if p.engine == engine]
-    known = "; ".join(p.spec for p in all_profiles())
+    profiles = [p for p in all_profiles() if p.engine == engine and p.draft_class == "llama"]
+    known = "; ".join(p.spec for p in all_profiles() if p.draft_class == "llama")
     if not profiles:
         raise EngineSpecError(f"unknown engine {engine!r}: known releases are {known}")
     if not version:

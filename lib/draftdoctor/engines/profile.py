@@ -81,9 +81,9 @@ class Profile(ReleaseRange):
     on_unmatched_stacked: tuple[str, str]  # the same for q/k/v/gate/up keys
     # what the engine builds
     fc_bias: str  # "config" (config `bias`), "always", "never"
-    # fc width = num_aux_hidden_states x Ht, else len(eagle_config's aux ids) x Ht, else 3 x Ht
-    # (top-level ids do not count: SGLang 0.5.23, vLLM 0.22+); False: always 3 x Ht
-    fc_aux_from_ids: bool
+    # where fc's count of aux states comes from, the first place that has one winning (`fc_aux_count`):
+    # num_aux_layers, num_aux_hidden_states, eagle_config (its ids), top-level (its ids); none: 3
+    fc_aux_count_from: tuple[str, ...]
     supports_fc_norm: bool
     supports_input_norm: bool
     vocab_map_param: str | None  # a parameter for d2t (vLLM) instead of an attribute
@@ -101,9 +101,10 @@ class Profile(ReleaseRange):
     # SGLang captures at the start of decoder layers 1..N-1 (at layer 0 there is no residual yet: its
     # `hidden_states + residual` fails); vLLM also at 0 (the embedding) and N (the last layer's output)
     aux_capturable: tuple[int, int] = (1, -1)
-    # (parameter suffix, dim): weights the loader pads with zeros or cuts to fit along that dim
-    # instead of failing (SGLang's row- and merged-column-parallel loaders, `pad_or_narrow_weight`)
-    resized_silently: tuple[tuple[str, int], ...] = ()
+    # (parameter suffix, dim, side): weights the loader pads with zeros or cuts to fit along that dim
+    # instead of failing; side "either" (SGLang's row- and merged-column-parallel loaders,
+    # `pad_or_narrow_weight`) or "larger" (only cut: vLLM's `narrow`, SGLang's MLA projections)
+    resized_silently: tuple[tuple[str, int, str], ...] = ()
     # key endings that, matching no parameter, are skipped silently whatever `on_unmatched` says
     # (vLLM's AutoWeightsLoader ignores unexpected `.bias` weights)
     unmatched_skipped_suffixes: tuple[str, ...] = ()
@@ -129,9 +130,36 @@ class Profile(ReleaseRange):
     # target-model classes the registry builds when a draft config names them (the EAGLE repo's
     # published drafts say LlamaForCausalLM): not a draft, so the draft's load fails
     plain_architectures: tuple[str, ...] = ()
-    # other EAGLE-3 draft classes the release registers (MLA, Qwen3 with q/k norms) whose loading the
-    # replay does not model: it says so instead of guessing; the real loader runs them
+    # other EAGLE-3 draft classes the release registers whose loading the replay does not model: it
+    # says so instead of guessing; the real loader runs them
     unmodelled_classes: tuple[str, ...] = ()
+    # the draft class this row describes, i.e. its parameter builder: "llama"; "qwen3" (Llama with
+    # per-head q/k norms, a qkv bias with attention_bias); "mla" (DeepSeek-V2 multi-head latent attention)
+    draft_class: str = "llama"
+    # (checkpoint substring, fused parameter substring, shard id) renames of load_weights, tried in order
+    stacked: tuple[tuple[str, str, object], ...] = STACKED
+    # (first, second, fused) substrings of keys the loader caches and concatenates into one parameter
+    # only once both have arrived (SGLang's MLA q_a_proj + kv_a_proj_with_mqa): one alone, or a pair
+    # whose fused name is no parameter, is dropped silently; different widths fail the concatenation
+    paired_keys: tuple[tuple[str, str, str], ...] = ()
+    null_target_hidden_crashes: bool = True  # a flat config's `target_hidden_size: null` fails the build
+    reads_use_aux_norm: bool = False  # `use_aux_norm` (SGLang's older name) turns fc_norm on too
+    lm_head_when_tied: bool = False  # lm_head is built even with tie_word_embeddings (vLLM)
+    q_lora_required: str | None = None  # MLA: the build error when q_lora_rank is null (None: q_proj is built)
+    # (outer class, inner model): the modules vLLM's unmatched-key message names
+    module_names: tuple[str, str] = ("", "")
+    # a speculators config's class, by transformer_layer_config's model_type (vLLM's update_eagle3);
+    # other model types are refused ("Unsupported model_type ... for Eagle3 speculator")
+    speculators_classes: tuple[tuple[str, str], ...] = ()
+    # (model_type, architecture): flat configs the engine turns into another model before its registry
+    # (vLLM: DeepSeek-V3 model types become its MTP module, which is no EAGLE-3 draft)
+    rewritten_model_types: tuple[tuple[str, str], ...] = ()
+    # the flat config `model_type`s the class is read with; `fix` keeps one of them, else writes the first
+    model_types: tuple[str, ...] = ("llama",)
+    # the engine's words for an `architectures` its registry does not have, `{architectures}` and
+    # `{first}` formatted
+    unknown_architecture: str = "Model architectures {architectures} are not supported"
+
     # how the engine runs the draft (the reference backend emulates it; proven against real vLLM in
     # tests/test_vllm_agreement.py): draft chain step i (the second draft token onwards) runs at rope
     # position seq_len + offset + i, seq_len being the committed tokens. SGLang: `positions = seq_lens`,
@@ -206,40 +234,81 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(g or 0) for g in m.groups())
 
 
-def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
-    """The parameters `profile`'s draft class creates for a draft of `dims`, in module order."""
-    H, hd = dims.hidden_size, dims.head_dim
+def fc_aux_count(profile: Profile, dims: DraftDims) -> int:
+    """How many aux hidden states the engine builds fc for (`Profile.fc_aux_count_from`)."""
+    found = {"num_aux_layers": dims.num_aux_layers, "num_aux_hidden_states": dims.num_aux_hidden_states,
+             auxids.EAGLE_CONFIG: len(dims.aux_ids_eagle or ()), auxids.TOP_LEVEL: len(dims.aux_ids_top or ())}
+    return next((found[place] for place in profile.fc_aux_count_from if found[place]), 3)
+
+
+def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[ParamSpec]:
+    H, hd, inter = dims.hidden_size, dims.head_dim, dims.intermediate_size
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
+    qkv_shards = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
+    params = [ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer", qkv_shards)]
+    if profile.draft_class == "qwen3":
+        if dims.attention_bias:
+            params.append(ParamSpec(f"{L}self_attn.qkv_proj.bias", (q + 2 * kv,), "layer", qkv_shards))
+        params += [ParamSpec(f"{L}self_attn.q_norm.weight", (hd,), "layer"),
+                   ParamSpec(f"{L}self_attn.k_norm.weight", (hd,), "layer")]
+    return params + [ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer")] + _mlp_and_norms(L, dims)
+
+
+def _mla_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[ParamSpec]:
+    """DeepSeek-V2 attention (q through a low-rank q_a/q_b pair, or q_proj when q_lora_rank is null;
+    keys and values through the kv_a latent and kv_b) with the draft's 2H-wide first input."""
+    H, heads, qL, kvL = dims.hidden_size, dims.num_heads, dims.q_lora_rank, dims.kv_lora_rank
+    nope, rope, v = dims.qk_nope_head_dim, dims.qk_rope_head_dim, dims.v_head_dim
+    A = f"{L}self_attn."
+    params = []
+    if qL is None:
+        params += [ParamSpec(f"{A}kv_a_proj_with_mqa.weight", (kvL + rope, width), "layer"),
+                   ParamSpec(f"{A}q_proj.weight", (heads * (nope + rope), width), "layer")]
+    else:
+        fused = profile.paired_keys[0][2] if profile.paired_keys else "fused_qkv_a_proj"
+        shards = {} if profile.paired_keys else {0: (0, qL), 1: (qL, kvL + rope)}
+        params += [ParamSpec(f"{A}{fused}.weight", (qL + kvL + rope, width), "layer", shards),
+                   ParamSpec(f"{A}q_a_layernorm.weight", (qL,), "layer"),
+                   ParamSpec(f"{A}q_b_proj.weight", (heads * (nope + rope), qL), "layer")]
+    params += [ParamSpec(f"{A}kv_a_layernorm.weight", (kvL,), "layer"),
+               ParamSpec(f"{A}kv_b_proj.weight", (heads * (nope + v), kvL), "layer"),
+               ParamSpec(f"{A}o_proj.weight", (H, heads * v), "layer")]
+    return params + _mlp_and_norms(L, dims)
+
+
+def _mlp_and_norms(L: str, dims: DraftDims) -> list[ParamSpec]:
+    H, inter = dims.hidden_size, dims.intermediate_size
+    return [ParamSpec(f"{L}mlp.gate_up_proj.weight", (2 * inter, H), "layer", {0: (0, inter), 1: (inter, inter)}),
+            ParamSpec(f"{L}mlp.down_proj.weight", (H, inter), "layer"),
+            ParamSpec(f"{L}input_layernorm.weight", (H,), "layer"),
+            ParamSpec(f"{L}post_attention_layernorm.weight", (H,), "layer"),
+            ParamSpec(f"{L}hidden_norm.weight", (H,), "layer")]
+
+
+LAYER_BUILDERS = {"llama": _llama_layer, "qwen3": _llama_layer, "mla": _mla_layer}
+
+
+def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
+    """The parameters `profile`'s draft class creates for a draft of `dims`."""
+    H = dims.hidden_size
     Ht = dims.target_hidden_size or H
-    aux = 3
-    if profile.fc_aux_from_ids:
-        aux = dims.num_aux_hidden_states or (len(dims.aux_layer_ids) if dims.aux_ids_at == auxids.EAGLE_CONFIG else 3)
+    aux = fc_aux_count(profile, dims)
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
     dropped = ([o for o in profile.speculators_drops if o not in dims.layer_options]
                if dims.config_format == SPECULATORS else ())
     if dims.norm_before_fc and profile.supports_input_norm and "norm_before_fc" not in dropped:
         params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
-    if dims.fc_norm and profile.supports_fc_norm and "fc_norm" not in dropped:
+    if (dims.fc_norm or dims.use_aux_norm and profile.reads_use_aux_norm) and profile.supports_fc_norm \
+            and "fc_norm" not in dropped:
         params += [ParamSpec(f"model.fc_norm.{i}.weight", (Ht,), "norm") for i in range(aux)]
     params.append(ParamSpec("model.fc.weight", (H, aux * Ht), "fc"))
     if profile.fc_bias == "always" or profile.fc_bias == "config" and dims.fc_bias:
         params.append(ParamSpec("model.fc.bias", (H,), "fc"))
+    build_layer = LAYER_BUILDERS[profile.draft_class]
     for i in range(dims.num_layers if profile.single_layer_error is None else 1):
-        L = profile.layer_name(i)
-        width = 2 * H if i == 0 else H
-        params += [
-            ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer",
-                      {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}),
-            ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"),
-            ParamSpec(f"{L}mlp.gate_up_proj.weight", (2 * dims.intermediate_size, H), "layer",
-                      {0: (0, dims.intermediate_size), 1: (dims.intermediate_size, dims.intermediate_size)}),
-            ParamSpec(f"{L}mlp.down_proj.weight", (H, dims.intermediate_size), "layer"),
-            ParamSpec(f"{L}input_layernorm.weight", (H,), "layer"),
-            ParamSpec(f"{L}post_attention_layernorm.weight", (H,), "layer"),
-            ParamSpec(f"{L}hidden_norm.weight", (H,), "layer"),
-        ]
+        params += build_layer(profile, profile.layer_name(i), 2 * H if i == 0 else H, dims)
     params.append(ParamSpec("model.norm.weight", (H,), "norm"))
-    if not dims.tie_word_embeddings:
+    if not dims.tie_word_embeddings or profile.lm_head_when_tied:
         params.append(ParamSpec("lm_head.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head"))
     if profile.vocab_map_param and (profile.vocab_map_always or not _same_vocabulary(dims)):
         params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))

@@ -6,12 +6,17 @@ Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama load
 between two that were read are assumed to match the earlier one.
 """
 
-from .profile import CRASH, SKIP, WARN, Profile, ServingFacts
+from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts
 
 ONE_LAYER = "EAGLE3 currently only supports 1 layer"
 _SILENT = (SKIP, "")
 # read in 0.5.10 (layers/linear.py) and seen on 0.5.10/0.5.23's real loaders for down_proj
-_PAD_OR_NARROW = ((".o_proj.weight", 1), (".down_proj.weight", 1), (".gate_up_proj.weight", 0))
+_PAD_OR_NARROW = ((".o_proj.weight", 1, "either"), (".down_proj.weight", 1, "either"),
+                  (".gate_up_proj.weight", 0, "either"))
+# model_loader/utils.py resolve_transformers_arch (0.5.10, 0.5.11, 0.5.23's own loaders)
+_NO_MODULE = ("Cannot find model module. '{first}' is not a registered model in the Transformers library (only "
+              "relevant if the model is meant to be in Transformers) and 'AutoModel' is not present in the model "
+              "config's 'auto_map' (relevant if the model is custom)")
 
 _COMMON = dict(
     engine="sglang",
@@ -22,10 +27,12 @@ _COMMON = dict(
     vocab_map_param=None,
     embed_from_target=True,
     config_formats=("flat",),
-    # the registry builds the target class for it; the load then fails at lm_head (0.5.10, 0.5.11 and
-    # 0.5.23's own loaders, tests/test_differential.py)
-    plain_architectures=("LlamaForCausalLM",),
+    # the registry builds the target class for them; the load then fails (Llama: at lm_head; Qwen3: at k_proj;
+    # DeepSeek-V2: while building) (0.5.10, 0.5.11 and 0.5.23's own loaders, tests/test_differential.py)
+    plain_architectures=("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM"),
     chain_position_offset=1,  # eagle_worker.py: positions = seq_lens, then add_(1) before each chain step
+    reads_use_aux_norm=True,
+    unknown_architecture=_NO_MODULE,
 )
 
 PROFILES = [
@@ -36,7 +43,7 @@ PROFILES = [
         prefix_rule="always",
         on_unmatched=(WARN, "Parameter {name} not found in params_dict"),
         on_unmatched_stacked=(CRASH, "KeyError: '{name}'"),
-        fc_bias="always", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        fc_bias="always", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=False,
         **_COMMON,
     ),
     Profile(
@@ -44,21 +51,39 @@ PROFILES = [
         layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
         legacy_renames=(),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
-        fc_bias="config", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        fc_bias="config", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=False,
         resized_silently=_PAD_OR_NARROW,
         **_COMMON,
     ),
-    Profile(
-        first="0.5.12", last="0.5.23",
+    *(Profile(
+        first=first, last=last,
         layer_prefix="model.layers.{i}.", single_layer_error=None,
         legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
                         ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
-        fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
-        supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
-        # kimi_k25_eagle3.py: in 0.5.23, not in 0.5.11 (their own loaders); 0.5.12-0.5.22 not read yet
-        unmodelled_classes=("Eagle3DeepseekV2ForCausalLM",),
-        **_COMMON,
+        fc_bias="config", fc_aux_count_from=("num_aux_hidden_states", "eagle_config"), supports_fc_norm=True,
+        supports_input_norm=True, supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
+        unmodelled_classes=unmodelled, **_COMMON,
+    # kimi_k25_eagle3.py: in 0.5.23, not in 0.5.11 (their own loaders); 0.5.12-0.5.22 not read yet
+    ) for first, last, unmodelled in (("0.5.12", "0.5.22", ("Eagle3DeepseekV2ForCausalLM",)), ("0.5.23", "0.5.23", ()))),
+    # the MLA draft for Kimi-K2.5/K2.6 and DeepSeek targets (kimi_k25_eagle3.py, 0.5.23; proven against
+    # its own loader in tests/test_mla_drafts.py and the public corpus)
+    Profile(
+        first="0.5.23", last="0.5.23", draft_class="mla",
+        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
+        legacy_renames=(("^layers.0.", "midlayer."),),  # re.sub(r"^layers\.0\.", "midlayer.", name): anchored
+        prefix_rule="always",
+        on_unmatched=(WARN, "Eagle3 MLA: skipping unexpected weight {key}"),
+        on_unmatched_stacked=(WARN, "Eagle3 MLA: skipping unexpected weight {key}"),
+        fc_bias="config", fc_aux_count_from=("eagle_config", "top-level"), supports_fc_norm=True,
+        supports_input_norm=False, supports_norm_output=True,
+        resized_silently=_PAD_OR_NARROW + ((".kv_b_proj.weight", 0, "larger"), (".q_b_proj.weight", 0, "larger")),
+        stacked=STACKED[3:],  # gate/up only: no q/k/v
+        paired_keys=(("q_a_proj", "kv_a_proj_with_mqa", "fused_qkv_a_proj_with_mqa"),),
+        null_target_hidden_crashes=False,  # target_hidden_size or hidden_size
+        q_lora_required="Eagle3 MLA layer requires q_lora_rank in the draft config",
+        model_types=("deepseek_v2", "deepseek_v3", "kimi_k2"),  # kimi_k2: a DeepseekV3Config alias "for kimi_k25_eagle3"
+        **(_COMMON | {"architectures": ("Eagle3DeepseekV2ForCausalLM",)}),
     ),
 ]
 

@@ -23,9 +23,10 @@ draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.
 """
 
 from ..auxids import EAGLE_CONFIG, TOP_LEVEL
-from .profile import CRASH, Profile
+from .profile import CRASH, STACKED, Profile
 
-_NO_PARAMETER = (CRASH, "ValueError: There is no module or parameter named {name!r} in Eagle3LlamaForCausalLM")
+# AutoWeightsLoader: the first component of the name that matches no module, in the module holding it
+_NO_PARAMETER = (CRASH, "ValueError: There is no module or parameter named {prefix!r} in {module}")
 # LlamaModel.load_weights, up to 0.24.0: `param = params_dict[name]`, the name without `model.`
 _NOT_IN_DICT = (CRASH, "KeyError: {local!r}")
 
@@ -39,7 +40,8 @@ _COMMON = dict(
     ignored_keys=("t2d", "mask_hidden"),  # mask_hidden: P-EAGLE's, skipped with a warning unless parallel drafting
     dropped_unless_built=("input_norm.",),  # load_weights: skip/map to None "input_norm." unless norm_before_fc
     prefix_rule="always",
-    fc_bias="never", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
+    fc_bias="never", fc_aux_count_from=("num_aux_hidden_states", EAGLE_CONFIG), supports_fc_norm=True,
+    supports_input_norm=True,
     vocab_map_param="draft_id_to_target_id",
     # the proposer keeps a draft's own embedding and head, and takes the target's for a missing one
     embed_from_target=False, from_target_when_absent=("embed", "lm_head"),
@@ -51,6 +53,12 @@ _COMMON = dict(
     supports_norm_output=True, supports_norm_before_residual=True,
     chain_position_offset=0,  # llm_base_proposer.py (0.32.0): positions of the last sampled token + 1 per step
     speculators_option_defaults=(("norm_before_residual", True),),  # speculators/algos.py update_eagle3
+    module_names=("Eagle3LlamaForCausalLM", "LlamaModel"),
+    # the row- and merged-column-parallel weight loaders narrow a larger tensor to fit (seen on 0.32.0's
+    # own loader); a smaller one fails
+    resized_silently=tuple((suffix, dim, "larger") for suffix, dim in (
+        (".o_proj.weight", 1), (".down_proj.weight", 1), (".gate_up_proj.weight", 0), (".kv_b_proj.weight", 0),
+        (".q_b_proj.weight", 0), (".fused_qkv_a_proj.weight", 0))),
 )
 _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT, vocab_map_always=True,
                     speculators_drops=("fc_norm", "norm_output"))  # algos.update_eagle3 copies neither
@@ -70,7 +78,31 @@ PROFILES = [
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
     Profile(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
             unmodelled_classes=_MLA_QWEN3, **_AUTO_LOADER, **_COMMON),
-    # ... and from 0.30.0 only `if self.config.draft_vocab_size != target_vocab_size`
-    Profile(first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA_QWEN3, **_AUTO_LOADER,
-            **_COMMON),
+]
+
+# From 0.30.0 `draft_id_to_target_id` exists only `if self.config.draft_vocab_size != target_vocab_size`;
+# the MLA and Qwen3 classes as read in 0.32.0 (deepseek_eagle3.py, qwen3_eagle3.py; proven against its own
+# loader in tests/test_mla_drafts.py, tests/test_draft_classes.py and the public corpus); ranges as the
+# Llama row's until the release sweep splits them
+_SINCE_0_30 = dict(
+    first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,),
+    # update_eagle3: a speculators config's class by its layer model_type; config/speculative.py: DeepSeek-V3
+    # model types become the MTP module (no EAGLE-3 draft), then the Eagle3 prefix
+    speculators_classes=(("llama", "Eagle3LlamaForCausalLM"), ("qwen3", "Eagle3Qwen3ForCausalLM")),
+    rewritten_model_types=(("deepseek_v3", "Eagle3DeepSeekMTPModel"), ("deepseek_v32", "Eagle3DeepseekV32MTPModel"),
+                           ("glm_moe_dsa", "Eagle3DeepseekV32MTPModel")),
+    **_AUTO_LOADER, **_COMMON)
+PROFILES += [
+    Profile(**_SINCE_0_30),
+    Profile(**(_SINCE_0_30 | dict(
+        draft_class="mla", architectures=_MLA, module_names=("Eagle3DeepseekV2ForCausalLM", "DeepseekV2Eagle3Model"),
+        stacked=(*STACKED[3:], (".q_a_proj", ".fused_qkv_a_proj", 0), (".kv_a_proj_with_mqa", ".fused_qkv_a_proj", 1)),
+        ignored_keys=("t2d",), dropped_unless_built=(), supports_input_norm=False, lm_head_when_tied=True,
+        # update_eagle3 has no MLA class (speculators' config cannot carry one); deepseek_v3 becomes the MTP module
+        config_formats=("flat",), model_types=("deepseek_v2", "kimi_k2")))),
+    Profile(**(_SINCE_0_30 | dict(
+        draft_class="qwen3", architectures=("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"),
+        module_names=("Eagle3Qwen3ForCausalLM", "Qwen3Eagle3Model"), supports_qk_norm=True, lm_head_when_tied=True,
+        model_types=("qwen3",),
+        fc_aux_count_from=("num_aux_layers", "num_aux_hidden_states", TOP_LEVEL, EAGLE_CONFIG)))),
 ]

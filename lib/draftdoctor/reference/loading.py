@@ -48,12 +48,16 @@ class LoadedDraft:
 def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "replay") -> LoadedDraft:
     """Build the draft `engine` (an Engine or spec) would run from `draft_dir`, loaded by `loader`."""
     engine = resolve_engine(engine)
-    profile = engine.profile
     report = check(draft_dir, engine, loader=loader)
     refusing = [f for f in report.findings if f.code in REFUSING_CODES]
     if refusing:
         raise LoadRefused("; ".join(f"{f.code}: {f.message}" for f in refusing))
     checkpoint = open_checkpoint(draft_dir)
+    profile = engine.profile_for(checkpoint.config)
+    if profile.draft_class != "llama":
+        raise LoadRefused(f"{engine} builds {profile.architectures[0]} ({profile.draft_class}) for this draft; the "
+                          "reference backend computes the Llama EAGLE-3 draft only: measure it on a real engine "
+                          "(--backend vllm)")
     computes = [o for o in NOT_COMPUTED if profile.implements(o) and profile.option_enabled(checkpoint.config, o)]
     if computes:
         raise LoadRefused(f"{engine} computes {', '.join(computes)} for this draft; the reference backend does not")
