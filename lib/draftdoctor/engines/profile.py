@@ -199,11 +199,13 @@ class ServingFacts(ReleaseRange):
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0)."""
-    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", text.strip())
+    """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0); a release candidate sorts before its
+    release: '0.5.0rc2' -> (0, 5, 0, -98) (SGLang never released a final 0.5.0, only 0.5.0rc0-rc2)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+)|rc(\d+))?", text.strip())
     if not m:
-        raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10 or 0.4.4.post2")
-    return tuple(int(g or 0) for g in m.groups())
+        raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10, 0.4.4.post2 or 0.5.0rc2")
+    major, minor, patch, post, rc = m.groups()
+    return int(major), int(minor), int(patch), int(rc) - 100 if rc is not None else int(post or 0)
 
 
 def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
