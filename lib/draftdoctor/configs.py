@@ -87,6 +87,9 @@ class DraftDims:
     num_aux_hidden_states: int | None = None
     layer_options: tuple[str, ...] = ()  # draft options set inside a speculators transformer_layer_config
     fc_bias: bool = False
+    # the Llama attention's `attention_bias or bias`: SGLang's draft layer inherits it, so a config
+    # `bias: true` (meant for fc) also gives o_proj a bias
+    attention_bias: bool = False
     tie_word_embeddings: bool = False
     fc_norm: bool = False
     norm_before_fc: bool = False
@@ -128,6 +131,7 @@ class DraftDims:
             num_aux_hidden_states=int(layer["num_aux_hidden_states"]) if layer.get("num_aux_hidden_states") else None,
             layer_options=layer_options(config),
             fc_bias=bool(config.get("bias", False)),
+            attention_bias=bool(layer.get("attention_bias", False) or layer.get("bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
             fc_norm=bool(config.get("fc_norm", False) or config.get("use_aux_norm", False)),
             norm_before_fc=bool((config.get("eagle_config") or {}).get("norm_before_fc", config.get("norm_before_fc", False))),

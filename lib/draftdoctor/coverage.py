@@ -401,6 +401,14 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
             f"{where}: target_hidden_size is null; {profile.engine} computes target_hidden_size * "
             "num_aux and fails (\"unsupported operand type(s) for *: 'NoneType' and 'int'\"). Remove the field.",
         )
+    if fmt == FLAT and "draft_vocab_size" in config and config["draft_vocab_size"] is None \
+            and profile.null_draft_vocab_error:
+        return F.finding(
+            "loader-crash",
+            f"{where}: draft_vocab_size is null; {profile.engine} {profile.first}–{profile.last} sizes lm_head from "
+            f"it and fails (\"{profile.null_draft_vocab_error}\"); later releases take the head from the target. "
+            "Set it to the head's row count.",
+        )
     if dims.num_layers != 1 and profile.single_layer_error:
         return F.finding(
             "loader-crash",

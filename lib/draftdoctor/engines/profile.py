@@ -129,6 +129,12 @@ class Profile(ReleaseRange):
     # target-model classes the registry builds when a draft config names them (the EAGLE repo's
     # published drafts say LlamaForCausalLM): not a draft, so the draft's load fails
     plain_architectures: tuple[str, ...] = ()
+    # the draft layer's attention is the target Llama's, whose o_proj has a bias when the config says
+    # `attention_bias` or `bias` (SGLang: qkv_proj is rebuilt without one, o_proj keeps it)
+    o_proj_bias_from_config: bool = False
+    # what the engine raises while building a draft whose config has `draft_vocab_size: null`
+    # (lm_head sized from None); None: the head is taken from the target
+    null_draft_vocab_error: str | None = None
     # other EAGLE-3 draft classes the release registers (MLA, Qwen3 with q/k norms) whose loading the
     # replay does not model: it says so instead of guessing; the real loader runs them
     unmodelled_classes: tuple[str, ...] = ()
@@ -233,6 +239,8 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
             ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer",
                       {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}),
             ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"),
+            *([ParamSpec(f"{L}self_attn.o_proj.bias", (H,), "layer")]
+              if profile.o_proj_bias_from_config and dims.attention_bias else []),
             ParamSpec(f"{L}mlp.gate_up_proj.weight", (2 * dims.intermediate_size, H), "layer",
                       {0: (0, dims.intermediate_size), 1: (dims.intermediate_size, dims.intermediate_size)}),
             ParamSpec(f"{L}mlp.down_proj.weight", (H, dims.intermediate_size), "layer"),

@@ -2,8 +2,12 @@
 server spells and reports per release range (`SERVING`, field notes §5, §6).
 
 Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama loader), 0.5.10 and
-0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). Releases
-between two that were read are assumed to match the earlier one.
+0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). The ranges'
+edges were then checked by running the last release of every minor version from 0.4.4 to 0.5.23 (and
+0.5.0rc2: there is no final 0.5.0) through its own loader over the differential corpus (the
+`sglang-sweep` branch): `draft_vocab_size: null` crashes the build until 0.5.1; a too-narrow
+down_proj/o_proj is padded silently from 0.5.3 (an error before); `input_norm` (norm_before_fc) is
+built from 0.5.17; the MLA class from 0.5.12.
 """
 
 from .profile import CRASH, SKIP, WARN, Profile, ServingFacts
@@ -26,11 +30,13 @@ _COMMON = dict(
     # 0.5.23's own loaders, tests/test_differential.py)
     plain_architectures=("LlamaForCausalLM",),
     chain_position_offset=1,  # eagle_worker.py: positions = seq_lens, then add_(1) before each chain step
+    # llama.py's attention: `attention_bias or bias` (every release of the sweep)
+    o_proj_bias_from_config=True,
 )
 
 PROFILES = [
     Profile(
-        first="0.4.4.post2", last="0.4.8",
+        first="0.4.4.post2", last="0.4.8.post1",
         layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
         legacy_renames=(),
         prefix_rule="always",
@@ -39,8 +45,29 @@ PROFILES = [
         fc_bias="always", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
         **_COMMON,
     ),
+    # 0.4.9 to 0.5.1: ParallelLMHead(config.draft_vocab_size) with a null size fails; the row-parallel
+    # loader asserts shapes (no padding yet)
     Profile(
-        first="0.4.9", last="0.5.11",
+        first="0.4.9", last="0.5.1.post3",
+        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
+        legacy_renames=(),
+        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
+        fc_bias="config", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        null_draft_vocab_error="unsupported operand type(s) for -: 'NoneType' and 'NoneType'",
+        **_COMMON,
+    ),
+    # 0.5.2 takes lm_head from the target when draft_vocab_size is null (load_lm_head_from_target)
+    Profile(
+        first="0.5.2", last="0.5.2",
+        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
+        legacy_renames=(),
+        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
+        fc_bias="config", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        **_COMMON,
+    ),
+    # 0.5.3: the GPU path of the row-/column-parallel loaders pads or narrows (pad_or_narrow_weight)
+    Profile(
+        first="0.5.3", last="0.5.11",
         layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
         legacy_renames=(),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
@@ -48,15 +75,27 @@ PROFILES = [
         resized_silently=_PAD_OR_NARROW,
         **_COMMON,
     ),
+    # 0.5.12 (`layers` ModuleList, legacy renames, fc_norm, MLA class); no input_norm before 0.5.17
     Profile(
-        first="0.5.12", last="0.5.23",
+        first="0.5.12", last="0.5.16",
+        layer_prefix="model.layers.{i}.", single_layer_error=None,
+        legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
+                        ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
+        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
+        fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=False,
+        supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
+        # kimi_k25_eagle3.py: from 0.5.12 (0.5.12's wheel; every release's own loader from 0.5.12.post1)
+        unmodelled_classes=("Eagle3DeepseekV2ForCausalLM",),
+        **_COMMON,
+    ),
+    Profile(
+        first="0.5.17", last="0.5.23",
         layer_prefix="model.layers.{i}.", single_layer_error=None,
         legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
                         ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
         prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
         fc_bias="config", fc_aux_from_ids=True, supports_fc_norm=True, supports_input_norm=True,
         supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
-        # kimi_k25_eagle3.py: in 0.5.23, not in 0.5.11 (their own loaders); 0.5.12-0.5.22 not read yet
         unmodelled_classes=("Eagle3DeepseekV2ForCausalLM",),
         **_COMMON,
     ),
