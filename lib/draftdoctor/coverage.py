@@ -343,10 +343,14 @@ def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, 
     return DROPPED, None, None, f"no parameter {last}; skipped silently"
 
 
-def _iteration_order(checkpoint: Checkpoint):
-    """Keys in the order SGLang's safetensors iterator yields them: file by file, names sorted."""
+def _iteration_order(checkpoint: Checkpoint, key_order: str = "sorted"):
+    """Keys in the order SGLang's safetensors iterator yields them: file by file, names sorted (or, for
+    `key_order` "offset", in the order of their data in the file)."""
     for shard in checkpoint.shards:
-        yield from sorted(t.name for t in shard.tensors)
+        if key_order == "offset":
+            yield from (t.name for t in sorted(shard.tensors, key=lambda t: t.begin))
+        else:
+            yield from sorted(t.name for t in shard.tensors)
 
 
 def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.Finding | None:
@@ -439,7 +443,7 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     crashed = blocking is not None and blocking.code in ("loader-crash", "replay-not-modelled")
     if crashed:
         params = {}  # the engine fails while building the draft (or builds a class not modelled here)
-    for key in _iteration_order(checkpoint):
+    for key in _iteration_order(checkpoint, profile.key_order):
         t = checkpoint.tensors[key]
         if crashed:
             keys.append(KeyStatus(key, NOT_REACHED, reason="the load failed before this key", shape=t.shape, nbytes=t.nbytes))

@@ -135,6 +135,10 @@ class Profile(ReleaseRange):
     # what the engine raises while building a draft whose config has `draft_vocab_size: null`
     # (lm_head sized from None); None: the head is taken from the target
     null_draft_vocab_error: str | None = None
+    # the order the production weights iterator yields a file's tensors in (it decides what was written
+    # before a crash): "sorted" by name (safe_open().keys(), SGLang 0.4.9+), or "offset", by data
+    # offset (safetensors.torch.load_file, SGLang up to 0.4.8)
+    key_order: str = "sorted"
     # other EAGLE-3 draft classes the release registers (MLA, Qwen3 with q/k norms) whose loading the
     # replay does not model: it says so instead of guessing; the real loader runs them
     unmodelled_classes: tuple[str, ...] = ()

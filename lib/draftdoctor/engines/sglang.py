@@ -43,6 +43,7 @@ PROFILES = [
         on_unmatched=(WARN, "Parameter {name} not found in params_dict"),
         on_unmatched_stacked=(CRASH, "KeyError: '{name}'"),
         fc_bias="always", fc_aux_from_ids=False, supports_fc_norm=False, supports_input_norm=False,
+        null_draft_vocab_error="unsupported operand type(s) for -: 'NoneType' and 'NoneType'", key_order="offset",
         **_COMMON,
     ),
     # 0.4.9 to 0.5.1: ParallelLMHead(config.draft_vocab_size) with a null size fails; the row-parallel

@@ -47,6 +47,8 @@ def set_up(adapter, scratch):
     `scratch`: a folder that outlives the checks (holds the stand-in target's config)."""
     adapter.apply_torch_compat()
     stubs.freeze_availability_checks()
+    if adapter.real_auto_image_processor:
+        stubs.real_auto_image_processor()
     stubs.install(strict=adapter.stubbed, aliases=adapter.aliases)
     adapter.verify()
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel

@@ -219,3 +219,16 @@ def freeze_availability_checks():
 
     has_triton_package()
     import_utils.is_torchvision_available()
+
+
+def real_auto_image_processor():
+    """transformers 5.4 to 5.17 export `AutoImageProcessor` as a dummy that raises unless torchvision is
+    installed; SGLang registers its multimodal image processors with it at import. The class itself
+    (in its own module) needs no torchvision to register one: export that, as a host with torchvision
+    sees it."""
+    import importlib
+
+    import transformers
+
+    real = importlib.import_module("transformers.models.auto.image_processing_auto").__dict__["AutoImageProcessor"]
+    transformers.AutoImageProcessor = real

@@ -71,6 +71,9 @@ class Adapter:
     # Names the release calls on torch that torch 2.13 dropped or moved: {dotted name: stand-in},
     # set before SGLang is imported (see `torch_compat`).
     torch_compat: dict = field(default_factory=dict)
+    # transformers 5.4-5.17 (the pins of 0.5.12-0.5.21): export the real AutoImageProcessor, not the
+    # torchvision-gated dummy (stubs.real_auto_image_processor)
+    real_auto_image_processor: bool = False
 
     def apply_torch_compat(self):
         import torch
