@@ -228,7 +228,7 @@ def real_auto_image_processor():
     sees it."""
     import importlib
 
-    import transformers
-
     real = importlib.import_module("transformers.models.auto.image_processing_auto").__dict__["AutoImageProcessor"]
-    transformers.AutoImageProcessor = real
+    # after that import: the first import of a transformers submodule can put a new lazy module object in
+    # sys.modules["transformers"], and `from transformers import ...` reads that one
+    sys.modules["transformers"].AutoImageProcessor = real
