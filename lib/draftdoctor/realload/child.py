@@ -56,7 +56,7 @@ def set_up(adapter, scratch):
     from sglang.srt.server_args import ServerArgs
 
     (Path(scratch) / "config.json").write_text(json.dumps(_TARGET_STAND_IN))
-    server_args = ServerArgs(model_path=str(scratch), device="cpu")
+    server_args = ServerArgs(model_path=str(scratch), device="cpu", **adapter.server_args_extra)
     adapter.publish_server_args(server_args)
     init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
                                  distributed_init_method=f"tcp://127.0.0.1:{free_port()}")

@@ -74,6 +74,9 @@ class Adapter:
     # transformers 5.4-5.17 (the pins of 0.5.12-0.5.21): export the real AutoImageProcessor, not the
     # torchvision-gated dummy (stubs.real_auto_image_processor)
     real_auto_image_processor: bool = False
+    # ServerArgs fields the release cannot derive on a machine without a GPU (0.4.5 compares the GPU's
+    # memory, None here, to pick mem_fraction_static): given explicitly, with no bearing on loading
+    server_args_extra: dict = field(default_factory=dict)
 
     def apply_torch_compat(self):
         import torch
