@@ -43,14 +43,33 @@ VLLM_CORPUS = {
     "unknown-key": dict(layout="speculators", extra={"extra_head.weight": np.zeros((4, H), dtype=np.float16)}),
     "fc-norm": dict(layout="speculators", extra={f"fc_norm.{i}.weight": np.ones(H, dtype=np.float16) for i in range(3)}),
 }
+# cases whose outcome changes between SGLang releases (the release sweep): each tells two profile rows apart
+SGLANG_CORPUS = {
+    **CORPUS,
+    "no-embedding-no-head": dict(layout="midlayer", drop=("lm_head.weight",), shape=DraftShape(draft_vocab=None)),
+    "fc-bias-config": dict(layout="midlayer", config_update={"bias": True}, extra={"fc.bias": np.zeros(H, dtype=np.float16)}),
+    "norm-before-fc": dict(layout="midlayer", config_update={"norm_before_fc": True},
+                           extra={"input_norm.weight": np.ones(3 * H, dtype=np.float16)}),
+    "fc-norm-flag": dict(layout="midlayer", config_update={"fc_norm": True},
+                         extra={f"fc_norm.{i}.weight": np.ones(H, dtype=np.float16) for i in range(3)}),
+    "legacy-aux-norm-flag": dict(layout="midlayer", config_update={"use_aux_norm": True},
+                                 extra={f"aux_norm_{n}.weight": np.ones(H, dtype=np.float16) for n in ("low", "mid", "high")}),
+}
 RELEASES = [("sglang", r) for r in realload.SUPPORTED_RELEASES] + [("vllm", r) for r in realload.VLLM_RELEASES]
 
 
 @pytest.mark.parametrize("engine_name,release", RELEASES)
 def test_replay_and_real_loader_agree(draft, engine_name, release):
     require_release(release, engine_name)
-    corpus = VLLM_CORPUS if engine_name == "vllm" else CORPUS
-    folders = {name: draft(**spec) for name, spec in corpus.items()}
+    corpus = VLLM_CORPUS if engine_name == "vllm" else SGLANG_CORPUS
+    folders = {}
+    for name, spec in corpus.items():
+        spec = dict(spec)
+        update = spec.pop("config_update", {})
+        folders[name] = draft(**spec)
+        if update:
+            config = json.loads((folders[name] / "config.json").read_text())
+            (folders[name] / "config.json").write_text(json.dumps(config | update))
     # the EAGLE repo's published drafts: a flat config that names the target's class
     folders["eagle-repo-llama-arch"] = draft("midlayer")
     config = json.loads((folders["eagle-repo-llama-arch"] / "config.json").read_text())

@@ -105,7 +105,7 @@ class DraftDims:
     aux_ids_top: tuple[int, ...] | None = None
     aux_ids_eagle: tuple[int, ...] | None = None
     num_aux_layers: int | None = None  # vLLM's Qwen3 class reads it before num_aux_hidden_states
-    attention_bias: bool = False
+    attention_bias: bool = False  # the layer config's own (SGLang's Llama attention also takes `bias`: fc_bias)
     # MLA (DeepSeek-V2/V3, Kimi-K2 drafts), with transformers' DeepseekV2Config defaults where absent;
     # q_lora_rank None: the config says null (q_proj instead of q_a_proj/q_b_proj)
     q_lora_rank: int | None = MLA_DEFAULTS["q_lora_rank"]

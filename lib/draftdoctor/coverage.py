@@ -375,10 +375,14 @@ def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, 
     return DROPPED, None, None, f"no parameter {last}; skipped silently"
 
 
-def _iteration_order(checkpoint: Checkpoint):
-    """Keys in the order SGLang's safetensors iterator yields them: file by file, names sorted."""
+def _iteration_order(checkpoint: Checkpoint, key_order: str = "sorted"):
+    """Keys in the order SGLang's safetensors iterator yields them: file by file, names sorted (or, for
+    `key_order` "offset", in the order of their data in the file)."""
     for shard in checkpoint.shards:
-        yield from sorted(t.name for t in shard.tensors)
+        if key_order == "offset":
+            yield from (t.name for t in sorted(shard.tensors, key=lambda t: t.begin))
+        else:
+            yield from sorted(t.name for t in shard.tensors)
 
 
 def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.Finding | None:
@@ -448,6 +452,14 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
             f"{where}: target_hidden_size is null; {profile.engine} computes target_hidden_size * "
             "num_aux and fails (\"unsupported operand type(s) for *: 'NoneType' and 'int'\"). Remove the field.",
         )
+    if fmt == FLAT and "draft_vocab_size" in config and config["draft_vocab_size"] is None \
+            and profile.null_draft_vocab_error:
+        return F.finding(
+            "loader-crash",
+            f"{where}: draft_vocab_size is null; {profile.engine} {profile.first}–{profile.last} sizes lm_head from "
+            f"it and fails (\"{profile.null_draft_vocab_error}\"); later releases take the head from the target. "
+            "Set it to the head's row count.",
+        )
     if dims.num_layers != 1 and profile.single_layer_error:
         return F.finding(
             "loader-crash",
@@ -483,7 +495,7 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     if crashed:
         params = {}  # the engine fails while building the draft (or builds a class not modelled here)
     held: dict[str, KeyStatus] = {}  # keys of a cached pair waiting for their partner, by looked-up name
-    for key in _iteration_order(checkpoint):
+    for key in _iteration_order(checkpoint, profile.key_order):
         t = checkpoint.tensors[key]
         if crashed:
             keys.append(KeyStatus(key, NOT_REACHED, reason="the load failed before this key", shape=t.shape, nbytes=t.nbytes))

@@ -130,6 +130,16 @@ class Profile(ReleaseRange):
     # target-model classes the registry builds when a draft config names them (the EAGLE repo's
     # published drafts say LlamaForCausalLM): not a draft, so the draft's load fails
     plain_architectures: tuple[str, ...] = ()
+    # the draft layer's attention is the target Llama's, whose o_proj has a bias when the config says
+    # `attention_bias` or `bias` (SGLang: qkv_proj is rebuilt without one, o_proj keeps it)
+    o_proj_bias_from_config: bool = False
+    # what the engine raises while building a draft whose config has `draft_vocab_size: null`
+    # (lm_head sized from None); None: the head is taken from the target
+    null_draft_vocab_error: str | None = None
+    # the order the production weights iterator yields a file's tensors in (it decides what was written
+    # before a crash): "sorted" by name (safe_open().keys(), SGLang 0.4.9+), or "offset", by data
+    # offset (safetensors.torch.load_file, SGLang up to 0.4.8)
+    key_order: str = "sorted"
     # other EAGLE-3 draft classes the release registers whose loading the replay does not model: it
     # says so instead of guessing; the real loader runs them
     unmodelled_classes: tuple[str, ...] = ()
@@ -227,11 +237,13 @@ class ServingFacts(ReleaseRange):
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0)."""
-    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", text.strip())
+    """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0); a release candidate sorts before its
+    release: '0.5.0rc2' -> (0, 5, 0, -98) (SGLang never released a final 0.5.0, only 0.5.0rc0-rc2)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+)|rc(\d+))?", text.strip())
     if not m:
-        raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10 or 0.4.4.post2")
-    return tuple(int(g or 0) for g in m.groups())
+        raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10, 0.4.4.post2 or 0.5.0rc2")
+    major, minor, patch, post, rc = m.groups()
+    return int(major), int(minor), int(patch), int(rc) - 100 if rc is not None else int(post or 0)
 
 
 def fc_aux_count(profile: Profile, dims: DraftDims) -> int:
@@ -251,7 +263,10 @@ def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[
             params.append(ParamSpec(f"{L}self_attn.qkv_proj.bias", (q + 2 * kv,), "layer", qkv_shards))
         params += [ParamSpec(f"{L}self_attn.q_norm.weight", (hd,), "layer"),
                    ParamSpec(f"{L}self_attn.k_norm.weight", (hd,), "layer")]
-    return params + [ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer")] + _mlp_and_norms(L, dims)
+    params.append(ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"))
+    if profile.o_proj_bias_from_config and (dims.attention_bias or dims.fc_bias):  # llama.py: attention_bias or bias
+        params.append(ParamSpec(f"{L}self_attn.o_proj.bias", (H,), "layer"))
+    return params + _mlp_and_norms(L, dims)
 
 
 def _mla_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[ParamSpec]:

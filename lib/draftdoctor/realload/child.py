@@ -14,6 +14,7 @@ stderr), 2 on bad arguments.
 """
 
 import argparse
+import inspect
 import json
 import logging
 import sys
@@ -41,15 +42,18 @@ _TARGET_STAND_IN = {
 def set_up(adapter, scratch):
     """Stubs, adapter check, server args, a world-size-1 gloo group. Returns the ServerArgs.
     `scratch`: a folder that outlives the checks (holds the stand-in target's config)."""
+    adapter.apply_torch_compat()
     stubs.freeze_availability_checks()
-    stubs.install()
+    if adapter.real_auto_image_processor:
+        stubs.real_auto_image_processor()
+    stubs.install(strict=adapter.stubbed, aliases=adapter.aliases)
     adapter.verify()
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
     from sglang.srt.models import registry  # noqa: F401  (imports every model module now, not mid-check)
     from sglang.srt.server_args import ServerArgs
 
     (Path(scratch) / "config.json").write_text(json.dumps(_TARGET_STAND_IN))
-    server_args = ServerArgs(model_path=str(scratch), device="cpu")
+    server_args = ServerArgs(model_path=str(scratch), device="cpu", **adapter.server_args_extra)
     adapter.publish_server_args(server_args)
     init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
                                  distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
@@ -64,12 +68,11 @@ def _fused_shards(module):
     return fused_shards(module, QKVParallelLinear, MergedColumnParallelLinear)
 
 
-def check(server_args, checkpoint, device):
+def check(adapter, server_args, checkpoint, device):
     """Read, build and load `checkpoint` through SGLang; return the report (see the package docstring)."""
     import torch
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader import get_model
     from sglang.srt.model_loader.loader import DefaultModelLoader
 
@@ -81,9 +84,12 @@ def check(server_args, checkpoint, device):
     enter = stages.enter
     state = {"recorder": None}
 
-    original = DefaultModelLoader.load_weights_and_postprocess
+    hook = adapter.load_hook
+    original = inspect.getattr_static(DefaultModelLoader, hook)  # the staticmethod object itself, if it is one
+    owned = hook in DefaultModelLoader.__dict__
 
-    def recorded_load(model, weights, target_device):
+    def instrument(model, weights):
+        """The model is built and about to load `weights`: record from here on."""
         enter("load")
         report["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
         recorder = state["recorder"] = LoadRecorder(model, _fused_shards)
@@ -95,19 +101,30 @@ def check(server_args, checkpoint, device):
             enter("postprocess")
 
         model.load_weights = load_then_mark
-        try:
-            return original(model, recorder.track(weights), target_device)
-        finally:
-            del model.load_weights
+        return recorder.track(weights)
+
+    if hook == "load_weights_and_postprocess":
+        def recorded_load(model, weights, target_device):
+            try:
+                return original.__func__(model, instrument(model, weights), target_device)
+            finally:
+                del model.load_weights
+
+        replacement = staticmethod(recorded_load)
+    else:  # "_get_all_weights": load_model asks for the iterator, then calls model.load_weights itself
+        def recorded_weights(self, model_config, model):
+            return instrument(model, original(self, model_config, model))
+
+        replacement = recorded_weights
 
     try:
-        model_config = ModelConfig.from_server_args(server_args, model_path=str(checkpoint), is_draft_model=True)
+        model_config = adapter.model_config(server_args, str(checkpoint))
         hf = model_config.hf_config
         report["config"] = {"architectures": list(getattr(hf, "architectures", None) or []),
                             "model_type": getattr(hf, "model_type", None),
                             "dtype": str(model_config.dtype).removeprefix("torch.")}
         enter("build")
-        DefaultModelLoader.load_weights_and_postprocess = staticmethod(recorded_load)
+        setattr(DefaultModelLoader, hook, replacement)
         device_config = DeviceConfig("cpu")
         if device == "meta":
             # DeviceConfig accepts only real devices; load_model builds under `torch.device(device_config.device)`.
@@ -125,7 +142,10 @@ def check(server_args, checkpoint, device):
             report["error"] = error(stages.current, exc, key)
         enter("done")
     finally:
-        DefaultModelLoader.load_weights_and_postprocess = original
+        if owned:
+            setattr(DefaultModelLoader, hook, original)
+        else:
+            delattr(DefaultModelLoader, hook)
         logging.getLogger().removeHandler(captured)
         if state["recorder"] is not None:
             state["recorder"].restore()
@@ -141,14 +161,14 @@ def _versions():
     return {name: importlib.metadata.version(name) for name in ("sglang", "torch", "transformers")}
 
 
-def run_checks(server_args, args, setup_s):
+def run_checks(adapter, server_args, args, setup_s):
     """One report per checkpoint named on the command line."""
     versions = _versions()
     reports = []
     for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
         report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": args.release,
                   "versions": versions, "checkpoint": str(checkpoint)}
-        report.update(check(server_args, checkpoint, device_for(checkpoint, args.device)))
+        report.update(check(adapter, server_args, checkpoint, device_for(checkpoint, args.device)))
         report["timings"] = {"setup": setup_s, **report["timings"]}
         reports.append(report)
     return reports
@@ -165,7 +185,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="draftdoctor-realload-") as scratch:
         started = time.perf_counter()
         try:
-            server_args = set_up(get_adapter(args.release), scratch)
+            adapter = get_adapter(args.release)
+            server_args = set_up(adapter, scratch)
         except AdapterMismatch as exc:
             print(f"draftdoctor: {exc}", file=sys.stderr)
             return EXIT_ENVIRONMENT
@@ -173,7 +194,7 @@ def main(argv=None):
             print(f"draftdoctor: the sglang {args.release} environment failed to set up:\n{traceback.format_exc()}",
                   file=sys.stderr)
             return EXIT_ENVIRONMENT
-        reports = run_checks(server_args, args, round(time.perf_counter() - started, 3))
+        reports = run_checks(adapter, server_args, args, round(time.perf_counter() - started, 3))
     return emit(out, reports)
 
 
