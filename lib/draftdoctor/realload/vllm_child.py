@@ -68,7 +68,7 @@ def set_up(release):
     KERNELS.update(stand_in_unloaded_kernels())
     try:
         from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
-    except ImportError:  # before 0.2x: the CPU runner had no accelerator no-ops to take
+    except ImportError:  # before 0.21.0 the CPU runner loaded the model with no accelerator no-ops
         return
     _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
 
@@ -77,14 +77,22 @@ TORCH_SHIMS = []
 
 
 def restore_torch_cpu_bindings():
-    """Releases up to 0.17 ask torch's private `torch._C._cpu._is_avx512_supported()` (and
-    `_is_amx_tile_supported()`) which torch 2.13 no longer has; `torch.cpu` answers the same question
-    (`torch.cpu._is_avx512_supported`, from `get_capabilities()`). Bind the missing names to those."""
+    """Releases up to 0.18 call torch's private `torch._C._cpu._is_avx512_supported()` (0.17.1 while
+    importing its kernels) and `_is_amx_tile_supported()`, which torch 2.13 no longer has; `torch.cpu`
+    answers the same questions (`torch.cpu._is_avx512_supported`, from `get_capabilities()`). Bind
+    the names the installed vLLM's source uses and torch lacks to those; returns the names bound."""
+    import importlib.util
+    import re
+
     import torch
 
+    root = Path(importlib.util.find_spec("vllm").origin).parent
+    used = set()
+    for source in root.rglob("*.py"):
+        used.update(re.findall(r"torch\._C\._cpu\.(_is_\w+_supported)", source.read_text(errors="replace")))
     restored = []
-    for name in dir(torch.cpu):
-        if name.startswith("_is_") and name.endswith("_supported") and not hasattr(torch._C._cpu, name):
+    for name in sorted(used):
+        if not hasattr(torch._C._cpu, name) and hasattr(torch.cpu, name):
             setattr(torch._C._cpu, name, getattr(torch.cpu, name))
             restored.append(f"torch._C._cpu.{name}")
     return restored
