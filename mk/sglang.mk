@@ -1,12 +1,18 @@
 # SGLang releases for the real loader (draftdoctor.realload): one folder per release under the build
-# area, each `pip install --no-deps --target` from a pinned list, sharing the venv's CPU torch.
+# area, each `pip install --no-deps --target` from its pinned list, sharing the venv's CPU torch.
+# RELEASES: unset, the ones CI needs (realload/ci_releases.txt, one per profile range); "all", every
+# release with a pin list (then the release sweep runs and rewrites docs/releases/sglang.md); or a list.
 REALLOAD := lib/draftdoctor/realload
-# One pin list per supported release (tests check it matches draftdoctor.realload.SUPPORTED_RELEASES).
-SGLANG_RELEASES := $(patsubst $(REALLOAD)/requirements-%.txt,%,$(wildcard $(REALLOAD)/requirements-*.txt))
+ci_releases = $(shell awk '$$1 == "$(1)" {print $$2}' $(REALLOAD)/ci_releases.txt)
+ALL_SGLANG := $(patsubst $(REALLOAD)/requirements-%.txt,%,$(wildcard $(REALLOAD)/requirements-*.txt))
+SGLANG_RELEASES := $(if $(filter all,$(RELEASES)),$(ALL_SGLANG),$(or $(RELEASES),$(call ci_releases,sglang)))
 SGLANG_DIR := $(BUILD)/sglang
 
 .PHONY: sglang-loaders
 sglang-loaders: setup $(foreach r,$(SGLANG_RELEASES),$(SGLANG_DIR)/$(r)/.installed)
+ifeq ($(RELEASES),all)
+	$(BIN)/python -m draftdoctor.realload.sweep sglang --out docs/releases/sglang.md
+endif
 
 # The marker is written only after the child's adapter self-check passed in the fresh folder; the venv
 # is order-only (its torch is shared, but re-running `make setup` must not reinstall every release).
@@ -20,5 +26,5 @@ $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.setup-done
 		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
 	touch $@
 
-# The real-loader tests need the releases (they fail, not skip, in CI without them).
+# The real-loader tests need CI's releases (they fail, not skip, in CI without them).
 test: sglang-loaders

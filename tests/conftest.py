@@ -36,3 +36,25 @@ def require_release(release: str, engine: str = "sglang") -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must install the real loaders: {exc}")
         pytest.skip(str(exc))
+
+
+def releases_under_test(engine: str = "sglang") -> list[str]:
+    """The releases a real-loader test runs on: the ones CI installs (`realload/ci_releases.txt`, one per
+    profile row); with DRAFTDOCTOR_TEST_RELEASES=installed also every other installed here (the release
+    sweep, `make sglang-loaders RELEASES=all`, covers them all faster)."""
+    from draftdoctor.engines import parse_version
+    from draftdoctor.realload import LOADERS, installed_releases
+
+    extra = installed_releases(engine) if os.environ.get("DRAFTDOCTOR_TEST_RELEASES") == "installed" else []
+    return sorted(set(LOADERS[engine].ci_releases) | set(extra), key=parse_version)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_real_loader_workers(tmp_path_factory):
+    """The session's warm real-loader workers live apart from anyone else's (the CLI processes the
+    tests start inherit the place) and end with the session (none outlives `make test`)."""
+    os.environ["DRAFTDOCTOR_REALLOAD_STATE"] = str(tmp_path_factory.mktemp("realload"))
+    yield
+    from draftdoctor.realload import stop_workers
+
+    stop_workers()

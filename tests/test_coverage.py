@@ -239,13 +239,13 @@ def test_null_target_hidden_size_crashes(draft):
     ("sglang==0.4.8.post1", "0.4.4.post2"), ("sglang==0.4.9", "0.4.9"), ("sglang==0.5.0rc2", "0.4.9"),
     ("sglang==0.5.2", "0.5.2"), ("sglang==0.5.16", "0.5.12"), ("sglang==0.5.17", "0.5.17"),
     ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.17"), ("vllm", "0.30.0"), ("vllm==0.31.0", "0.30.0"),
-    ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"), ("vllm==0.22.1", "0.22.0"), ("vllm==0.24.0", "0.23.0"),
+    ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"), ("vllm==0.22.1", "0.12.0"), ("vllm==0.15.1", "0.12.0"), ("vllm==0.24.0", "0.23.0"),
 ])
 def test_engine_specs(spec, expected):
     assert resolve_engine(spec).profile.first == expected
 
 
-@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.21.0"])
+@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.11.0"])
 def test_unknown_engine_specs_list_known_ranges(spec):
     with pytest.raises(EngineSpecError) as e:
         resolve_engine(spec)

@@ -110,28 +110,48 @@ def corpus(draft):
     return cases
 
 
+def fix_then_check(capsys, src, engine, target, dst, loader):
+    """fix's exit status; when it wrote, check on its output must pass with fix's last line as its verdict."""
+    code, out, err = cli(capsys, "fix", src, "--engine", engine, "--target", target, "--out", dst, "--loader", loader)
+    assert code in (0, 1), (src.name, engine, err)
+    if code != 0:
+        assert not dst.exists(), (src.name, engine)
+        return code
+    checked, report, _ = cli(capsys, "check", dst, "--engine", engine, "--target", target, "--loader", loader)
+    assert checked == 0, f"{src.name} fixed for {engine} exits 0, but check says:\n{report}"
+    assert out.splitlines()[-1] == report.splitlines()[-1]  # fix's last line is check's verdict
+    return code
+
+
 def test_whenever_fix_succeeds_check_on_its_output_passes(draft, target, tmp_path, capsys):
+    """Every profile row, the whole corpus, the replay loader (the real loaders are held to the replay
+    by tests/test_differential.py; the next test runs this invariant on them)."""
     engines = list(dict.fromkeys(f"{row.engine}=={row.last}" for row in all_profiles()))
-    outcomes = {}
     (tmp_path / "out").mkdir()
-    for name, src in corpus(draft).items():
-        for engine in engines:
-            dst = tmp_path / "out" / f"{name}-{engine}"
-            code, out, err = cli(capsys, "fix", src, "--engine", engine, "--target", target, "--out", dst)
-            assert code in (0, 1), (name, engine, err)
-            outcomes[name, engine] = code
-            if code != 0:
-                assert not dst.exists(), (name, engine)
-                continue
-            checked, report, _ = cli(capsys, "check", dst, "--engine", engine, "--target", target)
-            assert checked == 0, f"{name} fixed for {engine} exits 0, but check says:\n{report}"
-            assert out.splitlines()[-1] == report.splitlines()[-1]  # fix's last line is check's verdict
+    cases = corpus(draft)
+    outcomes = {(name, engine): fix_then_check(capsys, src, engine, target, tmp_path / "out" / f"{name}-{engine}", "replay")
+                for engine in engines for name, src in cases.items()}
     # the corpus exercises both sides of the invariant, for every engine
     for engine in engines:
         codes = {outcomes[name, engine] for name in corpus_names()}
         assert {0, 1} <= codes, (engine, codes)
     assert outcomes["ids-0-1-2", "vllm==0.33.0"] == 0 and outcomes["ids-0-1-2", "sglang==0.5.23"] == 1
     assert all(outcomes["garbage-d2t", e] == 1 and outcomes["other-target", e] == 1 for e in engines)
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.5.10", "sglang==0.5.23", "vllm==0.32.0", "llamacpp==0.3.36"])
+def test_with_the_default_loader_fix_and_check_give_one_verdict(draft, target, tmp_path, capsys, engine):
+    """The default loader (`auto`: the release's own loader, installed by `make test`) plans, verifies
+    and checks: the same invariant on the cases that tell the outcomes apart."""
+    from conftest import require_release
+
+    require_release(engine.split("==")[1], engine.split("==")[0])
+    cases = corpus(draft)
+    codes = {name: fix_then_check(capsys, cases[name], engine, target, tmp_path / name, "auto")
+             for name in ("speculators", "midlayer-speculators-config", "no-vocab-map", "two-layers", "ids-0-1-2")}
+    assert {0, 1} <= set(codes.values()), codes
+    code, out, _ = cli(capsys, "check", cases["speculators"], "--engine", engine, "--format", "json")
+    assert json.loads(out)["loader"] == "real"
 
 
 def corpus_names():
@@ -148,7 +168,7 @@ def test_the_eagle_repos_plain_llama_architecture(draft, target, tmp_path, capsy
     assert "config-unreadable" not in out and "loads cleanly" not in out and "aux-layer-ids" in out
     code, out, _ = cli(capsys, "fix", src, "--engine", "vllm==0.32.0", "--target", target, "--out", tmp_path / "v")
     assert code == 0, out
-    code, out, _ = cli(capsys, "check", src, "--engine", "sglang==0.5.10", "--target", target)
+    code, out, _ = cli(capsys, "check", src, "--engine", "sglang==0.5.10", "--target", target, "--loader", "replay")
     assert code == 1 and "loader-crash" in out and "builds a plain LlamaForCausalLM" in out
     code, out, _ = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--target", target, "--out", tmp_path / "f")
     assert code == 0 and json.loads((tmp_path / "f" / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_release
+from conftest import require_release, releases_under_test
 from safetensors.numpy import save_file
 
 from draftdoctor import realload
 from draftdoctor.realload import (
-    SUPPORTED_RELEASES,
+    LOADERS,
     RealLoaderCrashed,
     RealLoaderTimeout,
     ReleaseNotInstalled,
@@ -216,7 +216,7 @@ def test_0_5_23_loads_two_decoder_layers(reports):
 # -- both releases ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("release", SUPPORTED_RELEASES)
+@pytest.mark.parametrize("release", releases_under_test())
 def test_speculators_nested_config_fails_in_sglangs_config_reader(reports, release):
     report = reports(release)["nested-config"]
     error = report["error"]
@@ -225,7 +225,7 @@ def test_speculators_nested_config_fails_in_sglangs_config_reader(reports, relea
     assert report["config"] is None and report["parameters"] == [] and report["keys"] == []
 
 
-@pytest.mark.parametrize("release", SUPPORTED_RELEASES)
+@pytest.mark.parametrize("release", releases_under_test())
 def test_adapter_fits_its_release(release):
     require(release)
     realload.self_check(release)
@@ -278,11 +278,17 @@ def test_parent_imports_neither_torch_nor_sglang():
     assert out.strip() == "[]"
 
 
-def test_each_release_has_pins_and_an_adapter():
+def test_each_release_has_pins_and_an_adapter_and_ci_covers_every_profile_range():
+    from draftdoctor.engines import all_profiles
+
     here = Path(realload.__file__).parent
-    pinned = {p.name.removeprefix("requirements-").removesuffix(".txt") for p in here.glob("requirements-*.txt")}
-    assert pinned == set(SUPPORTED_RELEASES)
-    for release in SUPPORTED_RELEASES:
+    releases, ci = LOADERS["sglang"].releases, LOADERS["sglang"].ci_releases
+    assert set(ci) <= set(releases) and set(LOADERS["vllm"].ci_releases) <= set(LOADERS["vllm"].releases)
+    for engine in LOADERS:  # CI runs at least one release of every profile row (every class) of every engine
+        for row in all_profiles():
+            if row.engine == engine:
+                assert any(row.contains(r) for r in LOADERS[engine].ci_releases), (row.spec, row.draft_class)
+    for release in releases:
         assert (here / "adapters" / f"sglang_{release.replace('.', '_')}.py").exists()
         lines = [line.split("#")[0].strip() for line in (here / f"requirements-{release}.txt").read_text().splitlines()]
         pins = [line for line in lines if line]

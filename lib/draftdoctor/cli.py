@@ -161,7 +161,7 @@ def cmd_fix(args, out) -> int:
     from .fix import FixBlocked, apply_fix, plan_fix
     from .tables import human_bytes
 
-    plan = plan_fix(args.path, args.engine, target=args.target)
+    plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader)
     refused = plan.refusal(args.allow_lossy)
     if args.plan:
         if args.format == "json":
@@ -291,7 +291,7 @@ def _serving_engine(args):
 
     if args.backend == "reference":
         engine = resolve_engine(args.engine or REFERENCE_DEFAULT_ENGINE)
-    elif args.backend == "vllm" or args.engine:
+    elif args.backend in ("vllm", "llamacpp") or args.engine:
         engine = resolve_engine(args.engine) if args.engine else None
     else:
         installed = installed_sglang_release()
@@ -432,10 +432,11 @@ for _type, _name in ((_positive_int, "whole number (>= 1)"), (_positive_seconds,
 
 
 def _add_serving_arguments(p) -> None:
-    p.add_argument("--backend", choices=["reference", "sglang", "vllm"], default="reference",
+    p.add_argument("--backend", choices=["reference", "sglang", "vllm", "llamacpp"], default="reference",
                    help="reference: CPU EAGLE-3 server emulating an SGLang release; sglang: the real "
                         "sglang.launch_server (GPU host; not run here); vllm: real vLLM on the CPU "
-                        "(`make vllm-loaders` installs it)")
+                        "(`make vllm-loaders` installs it); llamacpp: llama.cpp's llama-server on the CPU, the "
+                        "target and drafts converted to GGUF by its own converter (`make llamacpp` builds it)")
     p.add_argument("--engine", help="SGLang release (sglang==X.Y.Z): to emulate (reference), whose flags to use "
                                     "(sglang; default: the installed release), or whose load to serve on real vLLM "
                                     "(vllm: each draft without the tensors that release's loader drops)")
@@ -459,10 +460,16 @@ def _check_arguments(p) -> None:
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
     p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1), e.g. for a CI gate")
-    p.add_argument("--loader", choices=["replay", "real"], default="replay",
-                   help="replay the engine profile (instant), or run the release's own loader on CPU "
-                        "(SGLang 0.5.10, 0.5.11, 0.5.23: `make sglang-loaders`; vLLM 0.32.0: `make vllm-loaders`)")
+    _loader_argument(p, "real: the release's own loader on CPU (`make sglang-loaders`, `make vllm-loaders`, `make "
+                        "llamacpp` install them; a warm worker answers in about a second after the first call); "
+                        "replay: the engine profile (instant, every release); auto (default): real where that "
+                        "release is installed, else replay. The report says which ran")
     p.add_argument("--format", choices=["text", "json"], default="text")
+
+
+def _loader_argument(p, help_text: str) -> None:
+    # diagnose.LOADERS, spelled out: importing diagnose here would slow every command's start
+    p.add_argument("--loader", choices=["auto", "replay", "real"], default="auto", help=help_text)
 
 
 def _fix_arguments(p) -> None:
@@ -476,6 +483,8 @@ def _fix_arguments(p) -> None:
     p.add_argument("--allow-lossy", action="store_true",
                    help="write even if the engine cannot compute an option or norm the draft was trained with "
                         "(reported; such a draft serves, with lower acceptance)")
+    _loader_argument(p, "which loader verifies the written draft, as `check --loader` (the plan is always "
+                        "replayed: it exists only as headers until written)")
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 

@@ -13,9 +13,9 @@ from .checkpoint import Checkpoint, open_checkpoint
 from .checks import draft_checks, read_target_config
 from .coverage import CoverageReport, draft_dims, replay
 from .engines import resolve_engine
-from .realcheck import real_check
+from .realcheck import RealCheckError, real_check
 
-LOADERS = ("replay", "real")
+LOADERS = ("auto", "replay", "real")
 # findings after which a server starts and then fails at the first draft step, or serves a draft
 # built for another target: `bench` and `investigate` stop before launching on them
 MISFIT_CODES = ("target-mismatch", "aux-layer-uncapturable")
@@ -27,11 +27,30 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     engine = resolve_engine(engine)
-    report = (real_check(checkpoint, engine, target_config=target_config) if loader == "real"
-              else replay(checkpoint, engine))
-    report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), draft_dims(checkpoint),
-                                    target_config)
+    dims = draft_dims(checkpoint)  # a config value no engine could read is the user's error, whichever loader runs
+    if chosen_loader(engine, loader) == "real":
+        try:
+            report = real_check(checkpoint, engine, target_config=target_config)
+        except RealCheckError as e:
+            if loader != "auto":
+                raise
+            report = replay(checkpoint, engine)  # auto: the replay answers when the real loader cannot
+            report.findings.append(F.finding("not-checked", f"the {engine} real loader could not run ({str(e)[:300]}); "
+                                                            "the replay ran instead", severity=F.INFO))
+    else:
+        report = replay(checkpoint, engine)
+    report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
     return report
+
+
+def chosen_loader(engine, loader: str) -> str:
+    """"real" or "replay": `auto` is the release's own loader where it is installed here, else the replay."""
+    if loader != "auto":
+        return loader
+    from .realload import LOADERS as REAL, installed_releases
+
+    engine = resolve_engine(engine)
+    return "real" if engine.name in REAL and engine.release in installed_releases(engine.name) else "replay"
 
 
 def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
@@ -39,7 +58,7 @@ def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed);
     "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`
-    or `make vllm-loaders`).
+    or `make vllm-loaders`); "auto": real where that release is installed, else replay (the CLI's default).
     """
     target_config = read_target_config(target) if target is not None else None
     return diagnose(open_checkpoint(path), engine, loader, target_config)

@@ -112,6 +112,9 @@ class FixPlan:
     predicted: CoverageReport = field(repr=False)  # `check`'s report on the result
     findings: list[F.Finding]
     target_config: dict | None = field(repr=False, default=None)  # the target's config (fix --target)
+    # which loader verifies the written draft (diagnose.LOADERS); the plan itself is always replayed:
+    # a renamed checkpoint that exists only as headers is nothing an engine's own loader can read
+    loader: str = "replay"
 
     @property
     def renamed(self) -> list[TensorMove]:
@@ -218,7 +221,7 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
 
 
 
-def plan_fix(src, engine, target=None) -> FixPlan:
+def plan_fix(src, engine, target=None, loader: str = "replay") -> FixPlan:
     """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
     'sglang==0.5.10'), from headers alone; `target` (folder or config.json): the target it serves with,
     for the checks that need it."""
@@ -266,7 +269,7 @@ def plan_fix(src, engine, target=None) -> FixPlan:
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves, predicted)
     return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
-                   rewrite, _other_files(ckpt), predicted, found, target_config)
+                   rewrite, _other_files(ckpt), predicted, found, target_config, loader)
 
 
 def _releases_with(draft_class: str) -> str:
@@ -504,6 +507,6 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mis
     problems += [f"{name}: in DST's headers but not planned" for name in sorted(extra)]
     if written.config != plan.config.config:
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
-    coverage = diagnose(written, plan.engine, target_config=plan.target_config)
+    coverage = diagnose(written, plan.engine, plan.loader, target_config=plan.target_config)
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage,
                         LOSS_CODES if allow_lossy else ())

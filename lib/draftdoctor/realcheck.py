@@ -33,15 +33,12 @@ from .errors import UserError
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
 # the registry has no class for the config's architectures: the config names the wrong class
 UNKNOWN_CLASS = ("Cannot find model module", "are not supported for now")
-SHAPE_ERRORS = ("Attempted to load weight", "exceeds dimension size", "param_data.shape",
+SHAPE_ERRORS = ("Attempted to load weight", "has wrong shape", "exceeds dimension size", "param_data.shape",
                 "Tried to load weights of size", "loaded_weight.shape", "Sizes of tensors must match")
 
 
 class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
-
-
-ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
 def real_check(checkpoint, engine, timeout: float = 180.0, target_config: dict | None = None) -> CoverageReport:
@@ -54,15 +51,15 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
     import json
 
-    from .realload import INSTALL_COMMANDS, RELEASES, RealLoaderError, installed_releases, run_real_loaders
+    from .realload import LOADERS, RealLoaderError, installed_releases, run_real_loaders
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release
-    if release not in RELEASES.get(engine.name, ()):
-        have = "; ".join(f"{name} {', '.join(releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
-                         f"`{INSTALL_COMMANDS[name]}`)" for name, releases in RELEASES.items())
+    if release not in LOADERS[engine.name].releases:
+        have = "; ".join(f"{name} {', '.join(row.releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
+                         f"`{row.install_command}`)" for name, row in LOADERS.items())
         raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: {have}; "
-                             "use the replay (the default loader)")
+                             "use `--loader replay`, or `auto` (the default), which replays where no real loader is installed")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
     with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
         folders = [c.folder for c in checkpoints]
@@ -84,11 +81,11 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     extra = dict(zip(converted, raws[len(folders):]))
     reports = []
     for i, (checkpoint, raw) in enumerate(zip(checkpoints, raws)):
-        if i in extra and raw.get("error", {}) and raw["error"]["stage"] == "config":
+        said = _error_finding(raw["error"], checkpoint, engine) if raw.get("error") else None
+        if i in extra and said and said.code == "config-unreadable":  # refused at its config or class lookup
             report = from_real(extra[i], checkpoint, engine)
-            said = _error_finding(raw["error"], checkpoint, engine)
             report.findings.insert(0, F.Finding(said.code, said.severity, said.message + (
-                f"; {ENGINE_NAMES[engine.name]} built nothing from this config, so the weight coverage shown is with "
+                f"; {_display(engine)} built nothing from this config, so the weight coverage shown is with "
                 "the config converted the way `draftdoctor fix` writes it")))
         else:
             report = from_real(raw, checkpoint, engine)
@@ -110,6 +107,12 @@ def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
     return folder
 
 
+def _display(engine) -> str:
+    from .realload import LOADERS
+
+    return LOADERS[engine.name].display
+
+
 def is_shape_error(error: dict) -> bool:
     """A load that failed on a tensor's shape: a shape message, or a bare assertion of a weight loader
     (vLLM's merged-column loader asserts shapes without a message)."""
@@ -118,7 +121,7 @@ def is_shape_error(error: dict) -> bool:
 
 
 def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
-    name = ENGINE_NAMES[engine.name]
+    name = _display(engine)
     message = f"{error['type']}: {error['message']}"
     where = f" (loading {error['key']})" if error.get("key") else ""
     if error["stage"] == "config" or error["stage"] == "build" and any(s in error["message"] for s in UNKNOWN_CLASS):
@@ -162,6 +165,14 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             elif status.replaced_by_target and status.status in (UNINITIALIZED, PARTIAL):
                 status.status = FROM_TARGET
         params.append(status)
+    if raw.get("parameters_complete") is False:  # llama.cpp's converter stopped before it wrote a model
+        listed = {p.name for p in params}
+        for spec in specs.values():
+            if spec.name not in listed:
+                status = ParamStatus(name=spec.name, role=spec.role, shape=tuple(spec.shape),
+                                     nbytes=math.prod(spec.shape) * bytes_per, status=UNINITIALIZED)
+                settle_unwritten(status, profile, dims, spec, checkpoint.tensors)
+                params.append(status)
     seen = {k["key"] for k in raw["keys"]}
     for k in raw["keys"]:
         t = checkpoint.tensors.get(k["key"])
@@ -170,13 +181,14 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k["key"], (k["parameters"][0], None))
         elif k["consumed_as"] == "attribute":
             ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k['attributes'])} attribute"
-        elif error and error.get("stage") == "load" and raw.get("keys_collected_first"):
-            # vLLM's EAGLE-3 load_weights reads every key, then places them in its own order: after
-            # its error, an unplaced key was not reached, not skipped
-            ks.status, ks.reason = NOT_REACHED, "the load failed before this key was placed"
         elif error and error.get("stage") == "load" and error.get("key") == k["key"]:
             ks.status, ks.reason = (MISMATCH if is_shape_error(error) else CRASHED,
                                     error["message"])
+        elif error and error.get("stage") == "load" and (raw.get("keys_collected_first") or profile.loads_all_or_nothing):
+            # vLLM's EAGLE-3 load_weights reads every key, then places them in its own order, and
+            # llama.cpp places nothing from a failed load: after the error, an unplaced key was not
+            # reached, not skipped
+            ks.status, ks.reason = NOT_REACHED, "the load failed before this key was placed"
         elif any(sub in k["key"] for sub in profile.ignored_keys):
             ks.status, ks.reason = IGNORED, "skipped by design"
         elif is_training_only(k["key"]):

