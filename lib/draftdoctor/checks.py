@@ -64,7 +64,7 @@ def _input_of(offset: int) -> str:
 def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> list[F.Finding]:
     """Aux ids where the engine does not look, in another convention than the engine's, or outside
     the target."""
-    name = f"{profile.engine} {profile.first}–{profile.last}"
+    name = profile.spec
     present = {where: ids for where in auxids.PLACE_OFFSET if (ids := auxids.ids_at(config, where))}
     read = next(((where, present[where]) for where in profile.aux_ids_from if where in present), None)
     n_layers = (target or {}).get("num_hidden_layers")
@@ -86,7 +86,7 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
                                  "`draftdoctor fix` moves them", severity=F.INFO))
             return out
         effect = "the draft sees other layers than it was trained on"
-        if len(set(default)) < len(ids):  # the engine captures each layer once
+        if len(set(default)) < len(ids) and not profile.aux_repeats:  # the engine captures each layer once
             out.append(F.finding("aux-layer-uncapturable", (
                 f"{ignored}: that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
                 "error the first time the draft runs. `draftdoctor fix` moves them")))
@@ -119,7 +119,7 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
 
 def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     """Training options and extra norms the engine cannot compute."""
-    name = f"{profile.engine} {profile.first}–{profile.last}"
+    name = profile.spec
     config = checkpoint.config or {}
     options = draft_options(config)
     keys = checkpoint.tensors

@@ -127,9 +127,9 @@ class CoverageReport:
                 rows.append(("MISSING", "", p.name, detail))
         for k in self.keys:
             if k.status == DROPPED:
-                rows.append(("UNEXPECTED", k.key, "", k.reason))
-            elif k.status == MISMATCH:
-                rows.append(("MISMATCH", k.key, k.param, k.reason))
+                rows.append(("UNEXPECTED", k.key, "", k.reason or ""))
+            elif k.status == MISMATCH:  # a real loader's error names the key, not always its parameter
+                rows.append(("MISMATCH", k.key, k.param or "", k.reason or ""))
         return [dict(zip(LOADING_REPORT_COLUMNS, row)) for row in _fold_layer_indices(rows)]
 
     def params_frame(self):
@@ -442,6 +442,9 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
             f"{where}: {profile.engine} has no EAGLE-3 draft class for architectures {architectures}: \"{said}\" "
             f"(expected {profile.architectures[0]})",
         )
+    if profile.needs_draft_vocab_size and "draft_vocab_size" not in config \
+            and "draft_vocab_size" not in (config.get("transformer_layer_config") or {}):
+        return F.finding("loader-crash", f"{where}: {profile.engine} {release}: {profile.needs_draft_vocab_size}")
     if profile.q_lora_required and dims.q_lora_rank is None:
         return F.finding("loader-crash", f"{where}: q_lora_rank is null; {profile.engine} {release} raises "
                                          f"\"{profile.q_lora_required}\" while building the draft")
@@ -533,8 +536,24 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
     )
     for p in report.params:
         settle_unwritten(p, profile, dims, specs[p.name], checkpoint.tensors)
+    missing = [p for p in report.params if p.status == UNINITIALIZED]
+    if profile.unwritten_fails and missing and not crashed:  # llama.cpp's load refuses a missing tensor
+        report.findings.append(F.finding("loader-crash", profile.unwritten_fails.format(name=missing[0].name)))
+        crashed = True
+    if crashed and profile.loads_all_or_nothing:
+        _nothing_loaded(report)
     report.findings += coverage_findings(report)
     return report
+
+
+def _nothing_loaded(report: CoverageReport) -> None:
+    """A failed all-or-nothing load (`Profile.loads_all_or_nothing`): no parameter was written."""
+    for p in report.params:
+        if p.status in (WRITTEN, PARTIAL):
+            p.status, p.keys, p.shards_written = UNINITIALIZED, [], []
+    for k in report.keys:
+        if k.status == LOADED:
+            k.status, k.param, k.shard, k.reason = NOT_REACHED, None, None, "the load failed, and it loads all or nothing"
 
 
 def pair_of(profile: Profile, name: str) -> tuple[str, str]:

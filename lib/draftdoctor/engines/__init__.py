@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import sglang, vllm
+from . import llamacpp, sglang, vllm
 from ..configs import FLAT, SPECULATORS, config_format, layer_config
 from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, ServingFacts, fc_aux_count,
                       from_target, identity_by_default, parameters, parse_version)
@@ -28,7 +28,7 @@ class Engine:
     Its serving facts are looked up by release where a server is launched or read (`serving_facts`):
     an installed SGLang newer than any profile still has a release, but no Engine."""
 
-    name: str  # "sglang" | "vllm"
+    name: str  # "sglang" | "vllm" | "llamacpp"
     release: str
     profile: Profile  # how it builds and loads its Llama EAGLE-3 draft class, and the release's own facts
 
@@ -62,7 +62,7 @@ class Engine:
 
 
 def all_profiles() -> list[Profile]:
-    return [*sglang.PROFILES, *vllm.PROFILES]
+    return [*sglang.PROFILES, *vllm.PROFILES, *llamacpp.PROFILES]
 
 
 def all_serving() -> list[ServingFacts]:

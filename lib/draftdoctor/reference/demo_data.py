@@ -58,6 +58,37 @@ def build_tokenizer(out: Path) -> dict[str, int]:
     return vocab
 
 
+def write_sentencepiece_model(target_dir: Path) -> Path:
+    """tokenizer.model beside the word-level tokenizer.json: a SentencePiece WORD model whose pieces are
+    exactly that vocabulary, in id order (unknown, control specials, the rest normal), so llama.cpp's
+    converter takes its sentencepiece path (it cannot convert a WordLevel tokenizer: "BPE pre-tokenizer
+    was not recognized"). Same tokenizer.json, same bytes. llama.cpp cannot tokenize text with it (no
+    byte pieces): the kit sends it token ids, so every backend sees the same tokens."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    tok = json.loads((target_dir / "tokenizer.json").read_text())
+    config = json.loads((target_dir / "config.json").read_text())
+    vocab = tok["model"]["vocab"]
+    by_id = {i: piece for piece, i in vocab.items()}
+    if sorted(by_id) != list(range(config["vocab_size"])):
+        raise ValueError(f"{target_dir}: tokenizer ids are not 0..vocab_size-1")
+    unk, special = vocab[tok["model"]["unk_token"]], {a["id"] for a in tok.get("added_tokens", []) if a.get("special")}
+    model = pb.ModelProto()
+    for i in sorted(by_id):
+        piece = model.pieces.add()
+        piece.piece, piece.score = by_id[i], 0.0 if i in special else -float(i)
+        piece.type = (pb.ModelProto.SentencePiece.UNKNOWN if i == unk else pb.ModelProto.SentencePiece.CONTROL
+                      if i in special else pb.ModelProto.SentencePiece.NORMAL)
+    spec = model.trainer_spec
+    spec.model_type, spec.vocab_size = pb.TrainerSpec.WORD, len(by_id)
+    spec.unk_id, spec.bos_id, spec.eos_id, spec.pad_id = unk, config["bos_token_id"], config["eos_token_id"], -1
+    spec.unk_piece, spec.bos_piece, spec.eos_piece = by_id[unk], by_id[spec.bos_id], by_id[spec.eos_id]
+    model.normalizer_spec.name, model.normalizer_spec.add_dummy_prefix = "identity", False
+    out = target_dir / "tokenizer.model"
+    out.write_bytes(model.SerializeToString(deterministic=True))
+    return out
+
+
 def token_stream(vocab: dict[str, int], n_docs: int, seed: int) -> torch.Tensor:
     rng = random.Random(seed)
     ids = [vocab[w] for _ in range(n_docs) for w in corpus.document(rng, rng.randrange(2, 6))]
@@ -235,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     target_dir.mkdir(parents=True)
     vocab = build_tokenizer(target_dir)
     train_target(target_dir, vocab, log)
+    write_sentencepiece_model(target_dir)
     for name, norm_before_residual in DRAFTS.items():
         train_draft(out / name, target_dir, str(target_dir), vocab, log, norm_before_residual)
     write_story_draft(out)

@@ -12,10 +12,12 @@ One request at a time:
   accepts the longest prefix of drafts equal to its own argmax, plus one bonus token; rejected
   KV entries are dropped; then the draft extends over the accepted positions.
 
-Accepted drafts are counted twice: as emitted (a stop, EOS or the token budget, cuts the last step
-short: SGLang's log line and /server_info) and as the target accepted them, stop or not (vLLM's
-counters, scheduler.py `num_accepted` before its stop check; SGLang's per-request meta_info counts,
-eagle_info.py `accepted_draft_tokens` from the row before the finish cut).
+Accepted drafts are counted three ways, one per engine's counters: as emitted (a stop, EOS or the
+token budget, cuts the last step short: SGLang's log line and /server_info); as the target accepted
+them, stop or not (vLLM's counters, scheduler.py `num_accepted` before its stop check; SGLang's
+per-request meta_info counts, eagle_info.py `accepted_draft_tokens` from the row before the finish
+cut); and those before an accepted EOS (llama.cpp: `common_sampler_sample_and_accept_n` stops at an
+end-of-generation token and counts it as the target's own). `Profile.counts_accepted` says which.
 
 Aux hidden states: the caller passes the target layers whose input the emulated release captures
 (`Profile.captured_layers`, from `draftdoctor.auxids`). Each layer is captured once, so on a 6-layer
@@ -42,6 +44,8 @@ class GenerateResult:
     accepted_per_position: list[int]  # verify steps whose draft token i was accepted and emitted
     num_steps: int
     accepted_before_stop: list[int]  # verify steps whose draft token i the target accepted, stop or not
+    # ... and was not an accepted EOS or after one (llama.cpp counts an accepted EOS as the target's own)
+    accepted_before_eos: list[int]
 
     @property
     def completion_tokens(self) -> int:
@@ -57,6 +61,11 @@ class GenerateResult:
 
         It counts the prefill token too, so a dead draft scores 1 + 1/spec_verify_ct."""
         return self.completion_tokens / self.spec_verify_ct if self.spec_verify_ct else 0.0
+
+    def counted(self, how: str) -> list[int]:
+        """Accepted drafts per position as an engine's counters count them (`Profile.counts_accepted`)."""
+        return {"before_stop": self.accepted_before_stop, "before_eos": self.accepted_before_eos,
+                "emitted": self.accepted_per_position}[how]
 
     @property
     def accepted_drafts_before_stop(self) -> int:
@@ -120,7 +129,7 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
     prompt = torch.tensor(prompt_ids)
     logits, aux = target.forward(prompt, tcache, capture)
     out, done = _stop([int(logits[-1].argmax())], max_new_tokens, eos_token_id)
-    verify_ct, accepted, accepted_before_stop = 0, [0] * num_steps, [0] * num_steps
+    verify_ct, accepted, accepted_before_stop, accepted_before_eos = 0, [0] * num_steps, [0] * num_steps, [0] * num_steps
     # draft extend over the prompt: position p gets (aux at p, token p + 1)
     ext_ids, ext_hidden, ext_start = torch.cat([prompt[1:], torch.tensor(out[-1:])]), aux, 0
     while not done:
@@ -144,13 +153,16 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
             n_acc += 1
         new, done = _stop(pred[:n_acc + 1], max_new_tokens - len(out), eos_token_id)
         verify_ct += 1
+        drafted = [int(d) for d in drafts[:n_acc]]
+        before_eos = drafted.index(eos_token_id) if eos_token_id in drafted else n_acc
         for i in range(n_acc):
             accepted_before_stop[i] += 1
             accepted[i] += i < len(new)
+            accepted_before_eos[i] += i < before_eos
         out += new
         tcache.truncate(committed + n_acc + 1)
         # draft extend over the accepted positions: (aux at t, token t + 1)
         ext_ids = torch.tensor(pred[:n_acc + 1])
         ext_hidden = [a[:n_acc + 1] for a in aux]
         ext_start = committed
-    return GenerateResult(out, verify_ct, accepted, num_steps, accepted_before_stop)
+    return GenerateResult(out, verify_ct, accepted, num_steps, accepted_before_stop, accepted_before_eos)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..checkpoint import open_checkpoint
-from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims
+from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims, replay
 from ..diagnose import check
 from ..engines import parameters, resolve_engine
 from ..statuses import ParamFate
@@ -61,12 +61,18 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
     computes = [o for o in NOT_COMPUTED if profile.implements(o) and profile.option_enabled(checkpoint.config, o)]
     if computes:
         raise LoadRefused(f"{engine} computes {', '.join(computes)} for this draft; the reference backend does not")
+    placing, placed = engine, report
+    if profile.naming != "hf":
+        # llama.cpp places every tensor of a Llama EAGLE-3 checkpoint or refuses it (checked above); the
+        # reference places them under vLLM's names (the same tensors, fused as the reference computes)
+        placing = resolve_engine("vllm")
+        placed = replay(checkpoint, placing)
     dims = draft_dims(checkpoint)
-    specs = {p.name: p for p in parameters(profile, dims)}
+    specs = {p.name: p for p in parameters(placing.profile_for(checkpoint.config), dims)}
     tensors = load_safetensors_dir(checkpoint.folder)
     state: dict[str, torch.Tensor] = {}
     hot_token_id = None
-    for key in report.keys:
+    for key in placed.keys:
         if key.status == DERIVED and "d2t" in key.key:  # SGLang: hot_token_id = d2t + arange
             hot_token_id = _draft_to_target(tensors[key.key])
         if key.status != LOADED:
@@ -81,13 +87,13 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
         full = state.setdefault(key.param, initial_value(key.param, spec.shape).clone())
         offset, rows = spec.shard_range(key.shard)
         full[offset:offset + rows] = tensors[key.key]
-    written = {p.name for p in report.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)
+    written = {p.name for p in placed.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)
                and p.role != "vocab-map"}
-    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=engine, dtype=target.dtype,
+    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=placing, dtype=target.dtype,
                         norm_before_residual=profile.option_enabled(checkpoint.config, "norm_before_residual"))
     # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary); vLLM's
     # proposer: the target's embedding or head for a draft without its own
-    for p in report.params:
+    for p in placed.params:
         if p.replaced_by_target and p.role == "embed":
             draft.params[p.name] = target.embed
         elif p.replaced_by_target and p.role == "lm_head":

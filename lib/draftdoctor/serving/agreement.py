@@ -1,11 +1,13 @@
 """The reference backend proven against real engines: one draft, the same prompts (as token ids), the
 same number of draft tokens, greedy, measured on the reference engine emulating an engine release and
-on that engine itself; acceptance compared by the real engine's own definition.
+on that engine itself (vLLM, llama.cpp); acceptance compared by the real engine's own definition.
 
 On vLLM the definition is its `/metrics` counters: mean acceptance length = 1 + accepted / drafts
 and per-position acceptance = accepted at position i / drafts, both counting every draft the target
 accepted, also where a stop (EOS, the token budget) cut the output short (scheduler.py counts before
-its stop check). The reference engine counts the same way (`Measurement.accept_length_before_stop`).
+its stop check). llama.cpp's counters count the drafts accepted before an accepted EOS, which ends the
+step as the target's own token. The reference engine counts as the engine it emulates does
+(`Profile.counts_accepted`).
 
 `compare` returns one `Agreement` per emulation with the differences; `benchmarks/agreement.py`
 prints them, `tests/test_vllm_agreement.py` holds them within 0.1 (length) and 0.05 (per position).
@@ -86,7 +88,7 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
         results = [speculative_generate(target, loaded.draft, loaded.capture, ids, max_new_tokens, num_steps, eos,
                                         chain_offset=loaded.chain_offset) for ids in prompts]
     steps = sum(r.spec_verify_ct for r in results)
-    per_position = [sum(c) for c in zip(*(r.accepted_before_stop for r in results))]
+    per_position = [sum(c) for c in zip(*(r.counted(engine.profile.counts_accepted) for r in results))]
     return Acceptance(f"reference backend emulating {engine.spec}", 1 + sum(per_position) / steps,
                       tuple(c / steps for c in per_position), steps, tuple(tuple(r.output_ids) for r in results))
 
@@ -103,6 +105,32 @@ def vllm_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new_tok
         result = vllm.run_bench(server.base_url, prompts, max_new_tokens=max_new_tokens, num_draft_tokens=num_steps + 1)
     return Acceptance(vllm.label(vllm.served_release()), result.accept_length, tuple(result.per_position or ()),
                       result.verify_steps, tuple(tuple(r.output_ids) for r in result.requests))
+
+
+def llamacpp_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new_tokens: int, num_steps: int,
+                        log_path) -> Acceptance:
+    """Real llama.cpp serving `draft_dir` (converted by its own converter), its counters read around the run."""
+    from . import llamacpp
+    from .launcher import ServeConfig, free_port, serve
+
+    config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1,
+                         port=free_port())
+    with serve("llamacpp", config, log_path) as server:
+        result = llamacpp.run_bench(server.base_url, prompts, max_new_tokens=max_new_tokens,
+                                    num_draft_tokens=num_steps + 1)
+    return Acceptance(llamacpp.label(), result.accept_length, tuple(result.per_position or ()), result.verify_steps,
+                      tuple(tuple(r.output_ids) for r in result.requests))
+
+
+def compare_with_llamacpp(target_dir, draft_dir, prompts: list[list[int]], out_dir, max_new_tokens: int = 48,
+                          num_steps: int = 4) -> Agreement:
+    """The reference engine emulating llama.cpp (its profile row) against llama.cpp itself, on one draft."""
+    from ..realload import LOADERS
+
+    real = llamacpp_acceptance(target_dir, draft_dir, prompts, max_new_tokens, num_steps,
+                               Path(out_dir) / f"llamacpp-{Path(draft_dir).name}.log")
+    engine = f"llamacpp=={LOADERS['llamacpp'].built}"
+    return Agreement(engine, reference_acceptance(target_dir, draft_dir, engine, prompts, max_new_tokens, num_steps), real)
 
 
 def compare_with_vllm(target_dir, draft_dir, prompts: list[list[int]], out_dir, max_new_tokens: int = 48,

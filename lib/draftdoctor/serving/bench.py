@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
 from .launcher import REFERENCE_DEFAULT_ENGINE, ServeConfig, cause, free_port, serve, tail
-from . import vllm
+from . import llamacpp, vllm
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
 from ..errors import UserError
@@ -107,6 +107,8 @@ def backend_label(backend: str, engine=None) -> str:
         return f"reference backend emulating {(engine or resolve_engine(REFERENCE_DEFAULT_ENGINE)).spec} (CPU; not SGLang itself)"
     if backend == "vllm":
         return vllm.label(vllm.served_release()) + (f", each draft as {engine} loads it" if engine else "")
+    if backend == "llamacpp":
+        return llamacpp.label()
     release = engine.release if engine else installed_sglang_release()
     return f"SGLang {release}"
 
@@ -136,8 +138,12 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend."""
     engine = resolve_engine(engine) if engine is not None else None
+    if backend == "llamacpp" and engine is not None and engine.name != "llamacpp":
+        raise BenchInputError(f"--backend llamacpp cannot serve a draft as {engine} loads it: llama.cpp refuses a "
+                              "checkpoint with tensors missing, so it cannot stand for a load that leaves parameters "
+                              "unset; measure that on --backend reference or vllm")
     # an SGLang release newer than the profiles is checked with the newest known rows
-    default = {"sglang": "sglang", "vllm": "vllm"}.get(backend, REFERENCE_DEFAULT_ENGINE)
+    default = {"sglang": "sglang", "vllm": "vllm", "llamacpp": "llamacpp"}.get(backend, REFERENCE_DEFAULT_ENGINE)
     preflight(target, drafts, engine or resolve_engine(default))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,8 +160,9 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
             progress(f"{name}: starting the {backend} server")
         with serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs) as server:
             try:
-                measure = vllm.run_bench if backend == "vllm" else run_bench
-                result = measure(server.base_url, prompts, name=name, max_new_tokens=max_new_tokens,
+                measure = {"vllm": vllm.run_bench, "llamacpp": llamacpp.run_bench}.get(backend, run_bench)
+                sent = llamacpp.token_ids(target, prompts) if backend == "llamacpp" else prompts
+                result = measure(server.base_url, sent, name=name, max_new_tokens=max_new_tokens,
                                  concurrency=concurrency, num_draft_tokens=k,
                                  progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
             except ClientError as e:
@@ -166,7 +173,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                                   else "failed requests") + f" while measured ({e}); its log {log_path} says: "
                                   f"{why[:300]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
                                                     if runs else "")) from None
-        if backend == "vllm":  # vLLM's counters are the server's own figure; its log line covers 10 s only
+        if backend in ("vllm", "llamacpp"):  # the engine's counters are its own figure
             runs.append(BenchRun(result, backend, log_path, result.accept_length, None, label))
             continue
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),

@@ -1,8 +1,9 @@
 """Launch a speculative-decoding server, wait until it is ready, and stop it without orphans.
 
-One launcher for three backends: `sglang` runs the real `python -m sglang.launch_server` (GPU hosts
+One launcher for four backends: `sglang` runs the real `python -m sglang.launch_server` (GPU hosts
 only; not run here); `reference` runs draftdoctor's CPU reference server, which takes the same flags;
-`vllm` runs real vLLM's OpenAI server on the CPU (draftdoctor.serving.vllm). The server runs in its
+`vllm` runs real vLLM's OpenAI server on the CPU (draftdoctor.serving.vllm); `llamacpp` runs llama.cpp's
+llama-server on GGUF conversions of the target and draft (draftdoctor.serving.llamacpp). The server runs in its
 own process group with its output in a log file. Readiness is the backend's health endpoint
 answering 200 (`/health_generate`, vLLM's `/health`) or its ready log line; a process that exits is a crash, a log that stops
 growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in CUDA-graph
@@ -133,7 +134,9 @@ def server_command(backend: str, config: ServeConfig, engine=None, loader: str |
         from . import vllm
 
         return vllm.server_command(config, python)
-    raise ValueError(f"unknown backend {backend!r}: use 'sglang', 'reference' or 'vllm'")
+    if backend == "llamacpp":
+        raise ValueError("llama-server serves GGUF files: `serve` converts the target and draft first")
+    raise ValueError(f"unknown backend {backend!r}: use 'sglang', 'reference', 'vllm' or 'llamacpp'")
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -301,10 +304,20 @@ def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, *
         server_kwargs = {"env": vllm.server_env(vllm.served_release()), "health_path": vllm.HEALTH_PATH,
                          "ready_line": vllm.READY_LINE, **server_kwargs}
         engine = None  # vLLM serves the draft as it is (bench makes the checkpoint for an engine's load)
-    server = Server(server_command(backend, config, engine, loader), log_path, config.host, config.port,
-                    **server_kwargs)
+    if backend == "llamacpp":
+        from . import llamacpp
+
+        argv = llamacpp.server_command(config, llamacpp.convert(config.draft, config.target) if config.draft else None,
+                                       llamacpp.convert(config.target))
+        server_kwargs = {"health_path": llamacpp.HEALTH_PATH, "ready_line": llamacpp.READY_LINE, **server_kwargs}
+    else:
+        argv = server_command(backend, config, engine, loader)
+    server = Server(argv, log_path, config.host, config.port, **server_kwargs)
     try:
         server.start().wait_ready()
+        if backend == "llamacpp" and config.draft and not llamacpp.speculating(server.base_url):
+            raise LaunchRefused(f"llama-server loaded the draft but does not speculate (its /slots say so; "
+                                f"log: {log_path})")
     except BaseException:
         server.stop()
         raise
@@ -323,6 +336,12 @@ def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str 
     refused = [f for f in launch_checks(config.algorithm, config.draft) if f.severity == "error"]
     if refused:
         raise LaunchRefused("; ".join(f"{f.code}: {f.message}" for f in refused))
+    if backend == "llamacpp" and config.draft:
+        from .llamacpp import speculation_refused
+
+        why = speculation_refused(config.extra_args)
+        if why:
+            raise LaunchRefused(why)
     try:
         return _ready_server(backend, config, log_path, engine, loader, **server_kwargs)
     except ServerHung:

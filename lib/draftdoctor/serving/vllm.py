@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from ..errors import UserError
-from .client import BenchResult, ClientError, RequestResult
+from .client import BenchResult, RequestResult
+from .engine_http import get_text, post_json, spec_counters
 
 HEALTH_PATH = "/health"
 READY_LINE = "Application startup complete."
@@ -45,12 +43,11 @@ class VllmNotInstalled(UserError):
 
 def served_release() -> str:
     """The newest vLLM release installed under build/vllm (the one `--backend vllm` serves)."""
-    from ..realload import INSTALL_COMMANDS, VLLM_RELEASES, installed_releases
+    from ..realload import LOADERS, installed_releases
 
     installed = installed_releases("vllm")
     if not installed:
-        raise VllmNotInstalled(f"--backend vllm needs a vLLM release ({', '.join(VLLM_RELEASES)}); run "
-                               f"`{INSTALL_COMMANDS['vllm']}`")
+        raise VllmNotInstalled(f"--backend vllm needs an installed vLLM release; run `{LOADERS['vllm'].install_command}`")
     return installed[-1]
 
 
@@ -76,49 +73,22 @@ def server_env(release: str) -> dict:
 
 def read_counters(base_url: str, timeout: float = 10.0) -> dict:
     """vLLM's speculative-decoding counters from `/metrics` (summed over engines)."""
-    with urllib.request.urlopen(base_url + "/metrics", timeout=timeout) as r:
-        text = r.read().decode()
-    return parse_counters(text)
+    return parse_counters(get_text(base_url + "/metrics", timeout))
 
 
 def parse_counters(text: str) -> dict:
-    """{"drafts", "draft_tokens", "accepted": float, "per_position": [accepted at position 0, 1, ...]}
-    from Prometheus text."""
-    out = {name: 0.0 for name in COUNTERS}
-    per_position: dict[int, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        metric, _, value = line.rpartition(" ")
-        name = metric.split("{", 1)[0]
-        for key, counter in COUNTERS.items():
-            if name == counter:
-                out[key] += float(value)
-        if name == PER_POSITION:
-            position = re.search(r'position="(\d+)"', metric)
-            if position:
-                per_position[int(position.group(1))] = per_position.get(int(position.group(1)), 0.0) + float(value)
-    out["per_position"] = [per_position[i] for i in sorted(per_position)]
-    return out
+    """{"drafts", "draft_tokens", "accepted": float, "per_position": [accepted at position 0, 1, ...]}."""
+    return spec_counters(text, COUNTERS, PER_POSITION)
 
 
 def complete(base_url: str, model: str, prompt: str | list[int], max_tokens: int, timeout: float = 600.0) -> dict:
     """One greedy `/v1/completions` request (a text or token-id prompt):
     {"text", "output_ids", "completion_tokens", "latency_s"}."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "return_token_ids": True}).encode()
-    request = urllib.request.Request(base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    start = time.perf_counter()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            answer = json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise ClientError(f"{base_url}/v1/completions answered {e.code}: {e.read()[:300].decode(errors='replace')}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise ClientError(f"{base_url}/v1/completions: {e}") from None
+    answer, latency = post_json(base_url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                                                               "temperature": 0, "return_token_ids": True}, timeout)
     choice = answer["choices"][0]
     return {"text": choice["text"], "output_ids": choice.get("token_ids"),
-            "completion_tokens": answer["usage"]["completion_tokens"], "latency_s": time.perf_counter() - start}
+            "completion_tokens": answer["usage"]["completion_tokens"], "latency_s": latency}
 
 
 def as_loaded_by(draft, engine, dst) -> Path:
@@ -151,7 +121,7 @@ def run_bench(base_url: str, prompts: list[str] | list[list[int]], name: str = "
               concurrency: int = 1, num_draft_tokens: int | None = None, progress=None,
               timeout: float = 600.0) -> BenchResult:
     """Send every prompt to vLLM (greedy completions, one at a time) and read its counters around the run."""
-    model = json.loads(urllib.request.urlopen(base_url + "/v1/models", timeout=10).read())["data"][0]["id"]
+    model = json.loads(get_text(base_url + "/v1/models"))["data"][0]["id"]
     before = read_counters(base_url)
     start = time.perf_counter()
     requests = []

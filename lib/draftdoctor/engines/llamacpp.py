@@ -1,0 +1,59 @@
+"""llama.cpp's EAGLE-3 path (field notes §12): its converter (`convert_hf_to_gguf.py --target-model-dir`)
+and its loader (`src/models/eagle3.cpp`), as vendored by the llama-cpp-python sdist the kit builds
+(0.3.36: llama.cpp commit 0c1e570). The release is the sdist's version.
+
+Read from that source and proven with the converter and llama-server themselves (tests/test_llamacpp.py):
+- names: `layers.0.`, `midlayer.` and `model.layers.0.` all convert (`model.fc`, `model.d2t` do not), then the Llama tensor map gives
+  GGUF names (blk.0.attn_q, ...; q/k/v and gate/up stay separate); `t2d` is dropped by design; `d2t`
+  becomes absolute target ids;
+- a key the converter cannot map stops it ("Can not map tensor"); `fc.bias`, a name GGUF knows, converts,
+  then the load fails ("wrong number of tensors"); a decoder-layer tensor that is missing (hidden_norm
+  included) converts, then the load fails ("tensor ... not found"); a missing embedding or head is the
+  target's;
+- a config is an EAGLE-3 draft only with `draft_vocab_size` and one decoder layer;
+- aux layer ids: the top-level list only, as-is (the input of target layer k); eagle_config's are
+  ignored, silently, and the defaults [2, N//2, N-3] used; fc always takes three;
+- norm_before_residual and norm_before_fc are computed; fc_norm, q/k norms and multi-layer drafts are not;
+- draft chain positions as vLLM's; an accepted EOS draft ends the step as the target's own token.
+"""
+
+from ..auxids import TOP_LEVEL
+from .profile import CRASH, Profile
+
+# HF names to GGUF names, in order (the converter's midlayer/layers.0 rename, then its Llama tensor map)
+_TO_GGUF = (
+    # the tensor map knows model.layers/embed_tokens/norm/lm_head with or without `model.`; the EAGLE-3
+    # tensors (fc, d2t, input_norm) only by their bare names
+    ("^model.layers.", "layers."), ("^model.embed_tokens.", "embed_tokens."), ("^model.norm.", "norm."),
+    ("^model.lm_head.", "lm_head."), ("^midlayer.", "layers.0."), ("^layers.", "blk."),
+    ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"), ("post_attention_layernorm", "ffn_norm"), ("input_layernorm", "attn_norm"),
+    ("hidden_norm", "attn_norm_2"), ("^embed_tokens.", "token_embd."), ("^norm.", "output_norm."),
+    ("^lm_head.", "output."), ("^input_norm.", "enc.output_norm."),
+)
+_UNMAPPED = (CRASH, "convert_hf_to_gguf.py cannot map {key!r} (\"Can not map tensor\"), or, for a name GGUF knows "
+                    "such as fc.bias, llama-server's load fails (\"wrong number of tensors\")")
+
+PROFILES = [
+    Profile(
+        engine="llamacpp", first="0.3.36", last="0.3.36", naming="gguf",
+        architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
+                       "LlamaForCausalLM"),
+        layer_prefix="blk.{i}.",
+        single_layer_error="num_hidden_layers != 1: the converter does not treat it as an EAGLE-3 draft "
+                           "(Can not map tensor 'fc.weight')",
+        needs_draft_vocab_size="without draft_vocab_size the converter does not treat it as an EAGLE-3 draft "
+                               "(Can not map tensor 'fc.weight')",
+        legacy_renames=_TO_GGUF, derived_keys=(), renamed_keys=(("d2t", "d2t"),), ignored_keys=("t2d",),
+        prefix_rule="asis", stacked=(), on_unmatched=_UNMAPPED, on_unmatched_stacked=_UNMAPPED,
+        unwritten_fails="llama-server: check_tensor_dims: tensor '{name}' not found", loads_all_or_nothing=True,
+        fc_bias="never", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=True,
+        supports_norm_before_residual=True, vocab_map_param="d2t", vocab_map_always=True,
+        embed_from_target=False, from_target_when_absent=("embed", "lm_head"), config_formats=("flat", "speculators"),
+        null_target_hidden_crashes=False,  # the target's hidden_size then
+        aux_ids_from=(TOP_LEVEL,), aux_capture_offset=0, aux_capturable=(0, 0), aux_repeats=True,
+        chain_position_offset=0, counts_accepted="before_eos",
+        unknown_architecture="the converter has no EAGLE-3 path for {architectures}",
+    ),
+]
