@@ -21,7 +21,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: setup test demo clean
 .DEFAULT_GOAL := demo
 
-setup: $(VENV)/.setup-done
+setup: $(VENV)/.venv-complete
 
 # torch first: any other route lets pip pick a multi-GB CUDA build.
 $(VENV)/.setup-done: pyproject.toml
@@ -33,7 +33,14 @@ $(VENV)/.setup-done: pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (draftdoctor)" >/dev/null
 	touch $@
 
-test: setup
+# Every install into .venv is done (mk/*.mk add theirs as prerequisites): what imports from it waits for this.
+$(VENV)/.venv-complete: $(VENV)/.setup-done
+	touch $@
+
+# What the tests need (mk/*.mk add theirs), made two at a time: the downloads and the llama.cpp build overlap.
+TEST_NEEDS := setup
+test:
+	$(MAKE) -j2 $(TEST_NEEDS) FOR_TESTS=1
 	$(BIN)/python -m pytest -q
 
 # The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.

@@ -2,7 +2,7 @@
 .PHONY: demo-data
 
 # speculators and its pure-Python deps, --no-deps after torch (see requirements/speculators.txt).
-setup: $(VENV)/.speculators-done
+$(VENV)/.venv-complete: $(VENV)/.speculators-done
 
 $(VENV)/.speculators-done: $(VENV)/.setup-done requirements/speculators.txt
 	$(BIN)/pip install -q --no-deps -r requirements/speculators.txt

@@ -1,6 +1,6 @@
 # llama.cpp for the llamacpp engine (issue 22): the converter and llama-server of the llama.cpp that the
 # pinned llama-cpp-python sdist vendors (vendor/llama.cpp; no other download), built once under the
-# build area and rebuilt only when this file (version, flags) changes. A portable CPU build: AVX2 set
+# build area and rebuilt only when its inputs (the version, the flags) change. A portable CPU build: AVX2 set
 # given explicitly (a -march=native build made on an AVX-512 Xeon dies with SIGILL on an AVX2-only EPYC),
 # -O1 (the kit's models are tiny: 3 min instead of 12 on 2 cores), static, no web UI (its build would
 # download one), only llama-server. The converter runs with the venv's python (torch, transformers)
@@ -13,16 +13,20 @@ LLAMACPP_CMAKE := -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEB
 	-DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF
 
+# named by its inputs: another version or other flags is another build
+LLAMACPP_BUILT := $(LLAMACPP_DIR)/.built-$(shell echo '$(LLAMACPP_PY) $(LLAMACPP_CMAKE)' | sha1sum | cut -c1-12)
+
 .PHONY: llamacpp
-llamacpp: $(LLAMACPP_DIR)/.installed $(VENV)/.llamacpp-py-done
+llamacpp: $(LLAMACPP_BUILT) $(VENV)/.llamacpp-py-done
 
-setup: $(VENV)/.llamacpp-py-done
+$(VENV)/.venv-complete: $(VENV)/.llamacpp-py-done
 
-$(VENV)/.llamacpp-py-done: $(VENV)/.setup-done requirements/llamacpp.txt
+# after speculators' install: two pip runs must not change one venv at once (make test runs -j2)
+$(VENV)/.llamacpp-py-done: $(VENV)/.setup-done requirements/llamacpp.txt | $(VENV)/.speculators-done
 	$(BIN)/pip install -q --no-deps -r requirements/llamacpp.txt
 	touch $@
 
-$(LLAMACPP_DIR)/.installed: mk/llamacpp.mk | $(VENV)/.setup-done
+$(LLAMACPP_BUILT): | $(VENV)/.setup-done
 	rm -rf $(LLAMACPP_DIR)
 	mkdir -p $(LLAMACPP_DIR)/src
 	$(BIN)/pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMACPP_PY) -d $(LLAMACPP_DIR)/src
@@ -32,6 +36,6 @@ $(LLAMACPP_DIR)/.installed: mk/llamacpp.mk | $(VENV)/.setup-done
 	cmake --build $(LLAMACPP_DIR)/build --target llama-server -j 2 >> $(LLAMACPP_DIR)/build.log 2>&1 \
 		|| { tail -n 30 $(LLAMACPP_DIR)/build.log; exit 1; }
 	$(LLAMACPP_DIR)/build/bin/llama-server --version
-	touch $@
+	touch $(LLAMACPP_DIR)/.installed $@
 
-test: llamacpp
+TEST_NEEDS += llamacpp

@@ -18,7 +18,7 @@ endif
 # is order-only (its torch is shared, but re-running `make setup` must not reinstall every release).
 # The grep refuses pin lists that would bring torch, CUDA/nvidia wheels, sgl-kernel or triton.
 # --no-compile: most of transformers/sglang is never imported; the self-check compiles what is.
-$(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.setup-done
+$(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.venv-complete
 	! grep -iqE '^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)' $<
 	rm -rf $(@D)
 	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
@@ -27,4 +27,4 @@ $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.setup-done
 	touch $@
 
 # The real-loader tests need CI's releases (they fail, not skip, in CI without them).
-test: sglang-loaders
+TEST_NEEDS += sglang-loaders

@@ -14,7 +14,7 @@ endif
 
 # The marker is written only after the child's environment check passed in the fresh folder. The grep
 # refuses pin lists that would bring torch, its CUDA-built companions, triton or CUDA wheels.
-$(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.setup-done
+$(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-complete
 	! grep -iqE '^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]' $<
 	rm -rf $(@D)
 	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
@@ -22,7 +22,7 @@ $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.setup-d
 		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
 	touch $@
 
-test: vllm-loaders
+TEST_NEEDS += vllm-loaders
 
 # The whole investigation measured on real vLLM, with the reference backend charted beside it.
 .PHONY: demo-vllm

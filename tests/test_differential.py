@@ -27,6 +27,8 @@ PUBLIC_RELEASES = [("sglang", "0.5.10"), ("sglang", "0.5.23"), ("vllm", "0.32.0"
 
 
 def assert_agree(folders: dict, engine: str, timeout=None):
+    # a class the replay does not model for the release is no claim (the sweep still tabulates it)
+    folders = {name: f for name, f in folders.items() if not differential.not_modelled(replay(open_checkpoint(f), engine))}
     reals = real_checks(list(folders.values()), engine, timeout=timeout)
     found = []
     for (name, folder), real in zip(folders.items(), reals):

@@ -65,46 +65,53 @@ _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT
 # AutoWeightsLoader.load_weights: "Ignore unexpected biases"
 _AUTO_LOADER = dict(on_unmatched=_NO_PARAMETER, on_unmatched_stacked=_NO_PARAMETER, unmatched_skipped_suffixes=(".bias",))
 
-# registry.py: deepseek_eagle3 (MLA) in every release read (0.22.0, 0.26.0, 0.30.0, 0.32.0);
-# qwen3_eagle3 in 0.26.0 and later, not in 0.22.0 (0.23-0.25 not read: counted from 0.25.0)
+# registry.py: deepseek_eagle3 (MLA) in every release read (0.22.0, 0.26.0, 0.30.0, 0.32.0); the Qwen3 class
+# from 0.23.0 (the release sweep: 0.22.0 refuses its name, 0.24.0's own loader builds it)
 _MLA = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
-_MLA_QWEN3 = (*_MLA, "Eagle3Qwen3ForCausalLM")
+# update_eagle3: a speculators config's class by its layer model_type, once the Qwen3 class exists
+_SPECULATORS_CLASSES = (("llama", "Eagle3LlamaForCausalLM"), ("qwen3", "Eagle3Qwen3ForCausalLM"))
+# qwen3_eagle3.py: Llama's loader and names plus per-head q/k norms (read in 0.32.0; each release's own
+# loader agrees on the differential corpus from 0.23.0: docs/releases/vllm.md)
+_QWEN3 = dict(draft_class="qwen3", architectures=("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"),
+              module_names=("Eagle3Qwen3ForCausalLM", "Qwen3Eagle3Model"), supports_qk_norm=True,
+              lm_head_when_tied=True, model_types=("qwen3",),
+              fc_aux_count_from=("num_aux_layers", "num_aux_hidden_states", TOP_LEVEL, EAGLE_CONFIG))
+
+
+def _with_qwen3(row: dict) -> list[Profile]:
+    """A release range's Llama row and its Qwen3 row (the same loader)."""
+    return [Profile(**row), Profile(**(row | _QWEN3))]
+
 
 PROFILES = [
     # 0.12.0-0.21.0: their own loaders (the release sweep) do on the differential corpus exactly what
     # 0.22.0's does; 0.10.2-0.11.x build one decoder layer only, older ones no speculators config: no row
     Profile(first="0.12.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA,
             **_DICT_LOADER, **_COMMON),
-    Profile(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER,
-            **_COMMON),
+    *_with_qwen3(dict(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA,
+                      speculators_classes=_SPECULATORS_CLASSES, **_DICT_LOADER, **_COMMON)),
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
-    Profile(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
-            unmodelled_classes=_MLA_QWEN3, **_AUTO_LOADER, **_COMMON),
+    *_with_qwen3(dict(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
+                      unmodelled_classes=_MLA, speculators_classes=_SPECULATORS_CLASSES, **_AUTO_LOADER, **_COMMON)),
 ]
 
 # From 0.30.0 `draft_id_to_target_id` exists only `if self.config.draft_vocab_size != target_vocab_size`;
-# the MLA and Qwen3 classes as read in 0.32.0 (deepseek_eagle3.py, qwen3_eagle3.py; proven against its own
-# loader in tests/test_mla_drafts.py, tests/test_draft_classes.py and the public corpus); ranges as the
-# Llama row's until the release sweep splits them
+# the MLA class as read in 0.32.0 (deepseek_eagle3.py; proven against its own loader in
+# tests/test_mla_drafts.py and the public corpus). Before 0.30 vLLM's MLA draft cannot be built on a
+# CPU (0.22, 0.24: "MLA is not supported on CPU"), and 0.29's sizes o_proj otherwise: not modelled there.
 _SINCE_0_30 = dict(
-    first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,),
-    # update_eagle3: a speculators config's class by its layer model_type; config/speculative.py: DeepSeek-V3
-    # model types become the MTP module (no EAGLE-3 draft), then the Eagle3 prefix
-    speculators_classes=(("llama", "Eagle3LlamaForCausalLM"), ("qwen3", "Eagle3Qwen3ForCausalLM")),
+    first="0.30.0", last="0.33.0", aux_ids_from=(TOP_LEVEL,), speculators_classes=_SPECULATORS_CLASSES,
+    # config/speculative.py: DeepSeek-V3 model types become the MTP module (no EAGLE-3 draft), then the
+    # Eagle3 prefix
     rewritten_model_types=(("deepseek_v3", "Eagle3DeepSeekMTPModel"), ("deepseek_v32", "Eagle3DeepseekV32MTPModel"),
                            ("glm_moe_dsa", "Eagle3DeepseekV32MTPModel")),
     **_AUTO_LOADER, **_COMMON)
 PROFILES += [
-    Profile(**_SINCE_0_30),
+    *_with_qwen3(_SINCE_0_30),
     Profile(**(_SINCE_0_30 | dict(
         draft_class="mla", architectures=_MLA, module_names=("Eagle3DeepseekV2ForCausalLM", "DeepseekV2Eagle3Model"),
         stacked=(*STACKED[3:], (".q_a_proj", ".fused_qkv_a_proj", 0), (".kv_a_proj_with_mqa", ".fused_qkv_a_proj", 1)),
         ignored_keys=("t2d",), dropped_unless_built=(), supports_input_norm=False, lm_head_when_tied=True,
         # update_eagle3 has no MLA class (speculators' config cannot carry one); deepseek_v3 becomes the MTP module
         config_formats=("flat",), model_types=("deepseek_v2", "kimi_k2")))),
-    Profile(**(_SINCE_0_30 | dict(
-        draft_class="qwen3", architectures=("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"),
-        module_names=("Eagle3Qwen3ForCausalLM", "Qwen3Eagle3Model"), supports_qk_norm=True, lm_head_when_tied=True,
-        model_types=("qwen3",),
-        fc_aux_count_from=("num_aux_layers", "num_aux_hidden_states", TOP_LEVEL, EAGLE_CONFIG)))),
 ]
