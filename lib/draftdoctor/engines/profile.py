@@ -275,7 +275,7 @@ def fc_aux_count(profile: Profile, dims: DraftDims) -> int:
 
 
 def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[ParamSpec]:
-    H, hd, inter = dims.hidden_size, dims.head_dim, dims.intermediate_size
+    H, hd = dims.hidden_size, dims.head_dim
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
     qkv_shards = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
     params = [ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer", qkv_shards)]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import (Captured, Stages, add_child_arguments, device_for, error, free_port, fused_shards,
+from .common import (Captured, Stages, add_child_arguments, batch, device_for, error, free_port, fused_shards,
                      report_stream, run)
 from .recorder import LoadRecorder
 
@@ -164,15 +164,10 @@ def _versions():
 
 def run_checks(adapter, server_args, release, paths, device, setup_s):
     """One report per checkpoint folder."""
-    versions = _versions()
-    reports = []
-    for checkpoint in map(Path.resolve, map(Path, paths)):
-        report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": release,
-                  "versions": versions, "checkpoint": str(checkpoint)}
-        report.update(check(adapter, server_args, checkpoint, device_for(checkpoint, device)))
-        report["timings"] = {"setup": setup_s, **report["timings"]}
-        reports.append(report)
-    return reports
+    header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": release,
+              "versions": _versions()}
+    return batch(paths, header, setup_s,
+                 lambda checkpoint, _scratch: check(adapter, server_args, checkpoint, device_for(checkpoint, device)))
 
 
 def main(argv=None):

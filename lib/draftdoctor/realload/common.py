@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -117,6 +118,19 @@ def add_child_arguments(parser) -> None:
     parser.add_argument("--target-config", help="(vLLM) the target's config.json (default: a stand-in sized from each draft)")
     parser.add_argument("--serve", metavar="SOCKET", help="answer requests on this Unix socket until idle")
     parser.add_argument("--idle-timeout", type=float, default=600.0, help="(--serve) seconds without a request before exiting")
+
+
+def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
+    """One report per checkpoint folder: `header` (schema, loader, engine, release, versions, ...), the
+    checkpoint, then what `check_one(checkpoint, scratch)` found, the set-up time first among its
+    timings; `scratch` is a temporary folder the batch shares."""
+    reports = []
+    with tempfile.TemporaryDirectory(prefix=f"draftdoctor-{header['engine']}-") as scratch:
+        for checkpoint in map(Path.resolve, map(Path, paths)):
+            report = {**header, "checkpoint": str(checkpoint), **check_one(checkpoint, Path(scratch))}
+            report["timings"] = {"setup": setup_s, **report["timings"]}
+            reports.append(report)
+    return reports
 
 
 def run(args, out, checks) -> int:

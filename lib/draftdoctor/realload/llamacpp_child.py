@@ -18,13 +18,12 @@ import logging
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import add_child_arguments, error, free_port, report_stream, run
+from .common import add_child_arguments, batch, error, free_port, report_stream, run
 
 EXIT_ENVIRONMENT = 3
 ROOT = Path(__file__).resolve().parents[3]
@@ -271,15 +270,9 @@ def main(argv=None):
 
     def checks(paths, device, target_config):
         target = json.loads(Path(target_config).read_text()) if target_config else None
-        reports = []
-        with tempfile.TemporaryDirectory(prefix="draftdoctor-llamacpp-") as scratch:
-            for checkpoint in map(Path.resolve, map(Path, paths)):
-                report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "llamacpp", "release": args.release,
-                          "versions": versions, "checkpoint": str(checkpoint)}
-                report.update(check(checkpoint, target, Path(scratch)))
-                report["timings"] = {"setup": setup_s, **report["timings"]}
-                reports.append(report)
-        return reports
+        header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "llamacpp", "release": args.release,
+                  "versions": versions}
+        return batch(paths, header, setup_s, lambda checkpoint, scratch: check(checkpoint, target, scratch))
 
     return run(args, out, checks)
 

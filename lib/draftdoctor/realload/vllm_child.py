@@ -33,13 +33,12 @@ import inspect
 import json
 import logging
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import (Captured, Stages, add_child_arguments, device_for, error, free_port, fused_shards,
+from .common import (Captured, Stages, add_child_arguments, batch, device_for, error, free_port, fused_shards,
                      report_stream, run)
 from .recorder import LoadRecorder
 
@@ -327,22 +326,20 @@ def main(argv=None):
 
     def checks(paths, device, target_config):
         target = json.loads(Path(target_config).read_text()) if target_config else None
-        reports = []
-        with tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-") as scratch:
-            for checkpoint in map(Path.resolve, map(Path, paths)):
-                try:
-                    draft_config = json.loads((checkpoint / "config.json").read_text())
-                except (OSError, ValueError):
-                    draft_config = {}
-                report = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
-                          "versions": versions, "checkpoint": str(checkpoint),
-                          # the release's compiled kernels that did not load and were stood in for
-                          "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
-                report.update(check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS),
-                                    Path(scratch), device_for(checkpoint, device)))
-                report["timings"] = {"setup": setup_s, **report["timings"]}
-                reports.append(report)
-        return reports
+
+        def check_one(checkpoint, scratch):
+            try:
+                draft_config = json.loads((checkpoint / "config.json").read_text())
+            except (OSError, ValueError):
+                draft_config = {}
+            return check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), scratch,
+                         device_for(checkpoint, device))
+
+        header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
+                  "versions": versions,
+                  # the release's compiled kernels that did not load and were stood in for
+                  "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
+        return batch(paths, header, setup_s, check_one)
 
     return run(args, out, checks)
 

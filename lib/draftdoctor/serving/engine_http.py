@@ -31,6 +31,14 @@ def post_json(url: str, body: dict, timeout: float) -> tuple[dict, float]:
     return answer, time.perf_counter() - start
 
 
+def counters_delta(before: dict, after: dict) -> dict:
+    """What a run added to `spec_counters` readings taken before and after it."""
+    counts = {key: after[key] - before[key] for key in after if key != "per_position"}
+    counts["per_position"] = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0.0)
+                              for i, a in enumerate(after["per_position"])]
+    return counts
+
+
 def spec_counters(text: str, counters: dict[str, str], per_position: str) -> dict:
     """{key: float for each of `counters` (key -> metric name), "per_position": [accepted at position
     0, 1, ...]} from Prometheus text, each summed over its label sets (vLLM labels one per engine)."""

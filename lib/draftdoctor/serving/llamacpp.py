@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .client import BenchResult, RequestResult
-from .engine_http import get_text, post_json, spec_counters
+from .engine_http import counters_delta, get_text, post_json, spec_counters
 
 ROOT = Path(__file__).resolve().parents[3]
 HOME = ROOT / "build" / "llamacpp"
@@ -160,9 +160,7 @@ def run_bench(base_url: str, prompts: list[list[int]], name: str = "draft", max_
             progress(done, len(prompts))
     wall = time.perf_counter() - start
     after = parse_counters(get_text(base_url + "/metrics"))  # updated as each request ends
-    counts = {key: after[key] - before[key] for key in COUNTERS}
-    counts["per_position"] = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0.0)
-                              for i, a in enumerate(after["per_position"])]
+    counts = counters_delta(before, after)
     return BenchResult(name=name, requests=requests, wall_s=wall, num_draft_tokens=num_draft_tokens,
                        server_info={"backend": "llamacpp", "counters_before": before, "counters_after": after},
                        spec_counts=counts)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .client import BenchResult, RequestResult
-from .engine_http import get_text, post_json, spec_counters
+from .engine_http import counters_delta, get_text, post_json, spec_counters
 
 HEALTH_PATH = "/health"
 READY_LINE = "Application startup complete."
@@ -133,9 +133,7 @@ def run_bench(base_url: str, prompts: list[str] | list[list[int]], name: str = "
             progress(done, len(prompts))
     wall = time.perf_counter() - start
     after = read_counters(base_url)
-    counts = {key: after[key] - before[key] for key in COUNTERS}
-    counts["per_position"] = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0.0)
-                              for i, a in enumerate(after["per_position"])]
+    counts = counters_delta(before, after)
     return BenchResult(name=name, requests=requests, wall_s=wall, num_draft_tokens=num_draft_tokens,
                        server_info={"backend": "vllm", "counters_before": before, "counters_after": after},
                        spec_counts=counts)
