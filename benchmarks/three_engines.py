@@ -5,7 +5,8 @@ engine reads), the same prompts sent as token ids, 4 draft tokens, greedy, 48 ne
 engine's acceptance is read from its own counters and set beside the reference engine emulating that
 engine; then the engines are compared with each other on what they all count alike: tokens emitted per
 verify step. Their own mean acceptance lengths differ by definition only: vLLM counts every draft the
-target accepted, also past EOS; llama.cpp counts an accepted EOS as the target's own token.
+target accepted, also past EOS; llama.cpp counts an accepted EOS as the target's own token unless it is
+the step's last draft.
 Usage: .venv/bin/python benchmarks/three_engines.py [N_PROMPTS]
 """
 

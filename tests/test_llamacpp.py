@@ -88,8 +88,12 @@ def test_bench_on_llamacpp_measures_the_fixed_draft(built, tmp_path):
 def test_reference_backend_agrees_with_llamacpp(built, tmp_path):
     from draftdoctor.serving.agreement import compare_with_llamacpp, prompt_ids
 
-    agreement = compare_with_llamacpp(DEMO / "target", DEMO / "draft-speculators", prompt_ids(DEMO / "target", PROMPTS),
-                                      tmp_path)
+    ids = prompt_ids(DEMO / "target", PROMPTS)
+    agreement = compare_with_llamacpp(DEMO / "target", DEMO / "draft-speculators", ids, tmp_path)
     assert agreement.real.accept_length > 2.0
     assert agreement.length_gap <= 0.1 and agreement.position_gap <= 0.05, (agreement.reference, agreement.real)
     assert agreement.same_outputs == len(PROMPTS)
+    # 5 new tokens: llama.cpp drafts at most the budget left minus one, so never a fourth draft here
+    short = compare_with_llamacpp(DEMO / "target", DEMO / "draft-speculators", ids, tmp_path, max_new_tokens=5)
+    assert short.real.per_position[3] == short.reference.per_position[3] == 0.0 and short.real.per_position[2] > 0
+    assert short.length_gap <= 0.1 and short.position_gap <= 0.05, (short.reference, short.real)

@@ -165,6 +165,24 @@ def test_budget_cuts_accepted_tokens(target64, fixed_draft, prompts):
     assert speculative_generate(target64, draft, capture, prompts[1], 1, 4, chain_offset=1).spec_verify_ct == 0
 
 
+def test_drafts_within_budget_as_llama_cpp(target64, fixed_draft, prompts):
+    """llama.cpp drafts at most the budget left minus one (`Profile.drafts_within_budget`): the same tokens,
+    never a draft the budget cannot take, and no verify step when there is no room for one."""
+    loaded = load_for_engine(fixed_draft, "sglang==0.5.10", target64)
+    for budget in (1, 2, 3, 6, 9, 20):
+        r = speculative_generate(target64, loaded.draft, loaded.capture, prompts[1], budget, 4, chain_offset=0,
+                                 drafts_within_budget=True)
+        assert r.output_ids == greedy_generate(target64, prompts[1], budget)
+        assert r.accepted_before_stop == r.accepted_per_position  # nothing drafted past the budget to cut
+        assert r.completion_tokens - 1 - r.accepted_drafts >= r.spec_verify_ct  # every verify step keeps its bonus
+    assert speculative_generate(target64, loaded.draft, loaded.capture, prompts[1], 2, 4, chain_offset=0,
+                                drafts_within_budget=True).spec_verify_ct == 0
+    # the rule this test tells apart: drafting num_steps regardless, some budget cuts accepted drafts
+    free = [speculative_generate(target64, loaded.draft, loaded.capture, prompts[1], b, 4, chain_offset=0)
+            for b in range(2, 24)]
+    assert any(r.accepted_drafts_before_stop > r.accepted_drafts for r in free)
+
+
 def test_eos_stops_generation(target, prompts):
     out = greedy_generate(target, prompts[2], 30)
     eos = out[5]

@@ -14,7 +14,9 @@ Read from that source and proven with the converter and llama-server themselves 
 - aux layer ids: the top-level list only, as-is (the input of target layer k); eagle_config's are
   ignored, silently, and the defaults [2, N//2, N-3] used; fc always takes three;
 - norm_before_residual and norm_before_fc are computed; fc_norm, q/k norms and multi-layer drafts are not;
-- draft chain positions as vLLM's; an accepted EOS draft ends the step as the target's own token.
+- draft chain positions as vLLM's; an accepted EOS draft ends the step as the target's own token (as
+  an accepted draft when it is the step's last); a step
+  drafts no more than the budget has room for (tools/server/server-context.cpp `get_n_draft_max`).
 """
 
 from ..auxids import TOP_LEVEL
@@ -53,7 +55,7 @@ PROFILES = [
         embed_from_target=False, from_target_when_absent=("embed", "lm_head"), config_formats=("flat", "speculators"),
         null_target_hidden_crashes=False,  # the target's hidden_size then
         aux_ids_from=(TOP_LEVEL,), aux_capture_offset=0, aux_capturable=(0, 0), aux_repeats=True,
-        chain_position_offset=0, counts_accepted="before_eos",
+        chain_position_offset=0, counts_accepted="before_eos", drafts_within_budget=True,
         unknown_architecture="the converter has no EAGLE-3 path for {architectures}",
     ),
 ]

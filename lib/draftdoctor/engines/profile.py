@@ -183,7 +183,8 @@ class Profile(ReleaseRange):
     needs_draft_vocab_size: str | None = None
     # which accepted drafts the engine's counters count (the reference engine counts the same way):
     # "before_stop" every draft the target accepted, also past a stop (vLLM, SGLang's meta_info);
-    # "before_eos": those before an accepted EOS, which ends the step as the target's own token (llama.cpp)
+    # "before_eos": those before an accepted EOS, which ends the step as the target's own token unless it
+    # was the step's last draft (llama.cpp's common_sampler_sample_and_accept_n)
     counts_accepted: str = "before_stop"
     # the engine's words for an `architectures` its registry does not have, `{architectures}` and
     # `{first}` formatted
@@ -195,6 +196,10 @@ class Profile(ReleaseRange):
     # then `positions.add_(1)` before every step (eagle_worker.py, 0.5.10-0.5.23) -> 1; vLLM: the last
     # sampled position + 1 per step (llm_base_proposer.py, 0.32.0) -> 0, the spacing speculators trains with
     chain_position_offset: int = 1
+    # a step drafts at most the tokens left in the request's budget minus one, none when that is 0
+    # (llama.cpp's server, `get_n_draft_max`: min(n_max, n_remaining - 1)); SGLang and vLLM draft
+    # num_steps every step and cut what the budget does not take
+    drafts_within_budget: bool = False
     # draft options speculators' config reader sets when the config does not (vLLM's
     # `update_eagle3`: norm_before_residual defaults to true on that path)
     speculators_option_defaults: tuple[tuple[str, bool], ...] = ()

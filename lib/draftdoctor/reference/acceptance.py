@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from draftdoctor.reference.draft import EagleDraft
-from draftdoctor.reference.engine import GenerateResult, speculative_generate
+from draftdoctor.reference.engine import GenerateResult
 from draftdoctor.reference.llama import TargetModel
 from draftdoctor.reference.loading import LoadedDraft, LoadRefused, load_for_engine
 
@@ -91,9 +91,7 @@ def run_prompts(target: TargetModel, loaded: LoadedDraft, prompts: list[list[int
                 num_steps: int, draft: EagleDraft | None = None, eos_token_id: int | None = None) -> Measurement:
     """Measurement of the loaded draft (or `draft` in its place, run as `loaded` says) speculating for
     `target` over `prompts`, one request at a time."""
-    return Measurement.of([speculative_generate(target, draft or loaded.draft, loaded.capture, p, max_new_tokens,
-                                                num_steps, eos_token_id, chain_offset=loaded.chain_offset)
-                           for p in prompts])
+    return Measurement.of([loaded.speculate(target, p, max_new_tokens, num_steps, eos_token_id, draft) for p in prompts])
 
 
 def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]], max_new_tokens: int,

@@ -17,7 +17,8 @@ token budget, cuts the last step short: SGLang's log line and /server_info); as 
 them, stop or not (vLLM's counters, scheduler.py `num_accepted` before its stop check; SGLang's
 per-request meta_info counts, eagle_info.py `accepted_draft_tokens` from the row before the finish
 cut); and those before an accepted EOS (llama.cpp: `common_sampler_sample_and_accept_n` stops at an
-end-of-generation token and counts it as the target's own). `Profile.counts_accepted` says which.
+end-of-generation draft and counts it as the target's own token, except the step's last draft, which
+it keeps as accepted). `Profile.counts_accepted` says which.
 
 Aux hidden states: the caller passes the target layers whose input the emulated release captures
 (`Profile.captured_layers`, from `draftdoctor.auxids`). Each layer is captured once, so on a 6-layer
@@ -44,7 +45,7 @@ class GenerateResult:
     accepted_per_position: list[int]  # verify steps whose draft token i was accepted and emitted
     num_steps: int
     accepted_before_stop: list[int]  # verify steps whose draft token i the target accepted, stop or not
-    # ... and was not an accepted EOS or after one (llama.cpp counts an accepted EOS as the target's own)
+    # ... and was not an accepted EOS, nor after one, but for the step's last draft (llama.cpp's count)
     accepted_before_eos: list[int]
 
     @property
@@ -114,9 +115,11 @@ def greedy_generate(target: TargetModel, prompt_ids: list[int], max_new_tokens: 
 
 def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[int, ...],
                          prompt_ids: list[int], max_new_tokens: int, num_steps: int,
-                         eos_token_id: int | None = None, *, chain_offset: int) -> GenerateResult:
+                         eos_token_id: int | None = None, *, chain_offset: int,
+                         drafts_within_budget: bool = False) -> GenerateResult:
     """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify); `chain_offset`:
-    the emulated engine's `Profile.chain_position_offset`."""
+    the emulated engine's `Profile.chain_position_offset`; `drafts_within_budget`: its
+    `Profile.drafts_within_budget` (a step drafts no more than the token budget has room for)."""
     if num_steps < 1:
         raise ValueError("num_steps must be at least 1")
     # SGLang tests `i in layers_to_capture` while looping over its layers: each layer once, in order
@@ -133,12 +136,18 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
     # draft extend over the prompt: position p gets (aux at p, token p + 1)
     ext_ids, ext_hidden, ext_start = torch.cat([prompt[1:], torch.tensor(out[-1:])]), aux, 0
     while not done:
+        k = min(num_steps, max_new_tokens - len(out) - 1) if drafts_within_budget else num_steps
+        if k < 1:  # no room for a draft: the target decodes the last token alone, no verify step
+            logits, _ = target.forward(torch.tensor(out[-1:]), tcache, capture)
+            new, done = _stop([int(logits[-1].argmax())], max_new_tokens - len(out), eos_token_id)
+            out += new
+            continue
         dlogits, dhidden = draft.forward(ext_ids, torch.cat(ext_hidden, dim=-1),
                                          torch.arange(ext_start, ext_start + len(ext_ids)), dcache)
         committed = len(tcache)
         drafts = [draft.to_target_ids(dlogits[-1].argmax())]
         hidden = dhidden[-1:]
-        for i in range(num_steps - 1):
+        for i in range(k - 1):
             dlogits, dhidden = draft.forward(drafts[-1].view(1), hidden,
                                              torch.tensor([committed + chain_offset + i]), dcache)
             drafts.append(draft.to_target_ids(dlogits[-1].argmax()))
@@ -149,12 +158,13 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
         logits, aux = target.forward(verify, tcache, capture)
         pred = logits.argmax(dim=-1).tolist()
         n_acc = 0
-        while n_acc < num_steps and int(drafts[n_acc]) == pred[n_acc]:
+        while n_acc < k and int(drafts[n_acc]) == pred[n_acc]:
             n_acc += 1
         new, done = _stop(pred[:n_acc + 1], max_new_tokens - len(out), eos_token_id)
         verify_ct += 1
         drafted = [int(d) for d in drafts[:n_acc]]
-        before_eos = drafted.index(eos_token_id) if eos_token_id in drafted else n_acc
+        eos_at = drafted.index(eos_token_id) if eos_token_id in drafted else None
+        before_eos = n_acc if eos_at is None or eos_at == k - 1 else eos_at
         for i in range(n_acc):
             accepted_before_stop[i] += 1
             accepted[i] += i < len(new)

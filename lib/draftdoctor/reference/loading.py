@@ -43,6 +43,16 @@ class LoadedDraft:
     capture: tuple[int, ...]  # target layers whose input the engine captures as aux states
     written: set[str]
     chain_offset: int  # rope position of draft chain step i is committed + chain_offset + i
+    drafts_within_budget: bool = False  # Profile.drafts_within_budget
+
+    def speculate(self, target: TargetModel, prompt_ids: list[int], max_new_tokens: int, num_steps: int,
+                  eos_token_id: int | None = None, draft: EagleDraft | None = None):
+        """One request, speculated as the emulated engine runs this draft (or `draft` in its place)."""
+        from .engine import speculative_generate
+
+        return speculative_generate(target, draft or self.draft, self.capture, prompt_ids, max_new_tokens, num_steps,
+                                    eos_token_id, chain_offset=self.chain_offset,
+                                    drafts_within_budget=self.drafts_within_budget)
 
 
 def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "replay") -> LoadedDraft:
@@ -99,7 +109,7 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
         elif p.replaced_by_target and p.role == "lm_head":
             draft.params[p.name] = target.w["lm_head.weight"]
     return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written,
-                       profile.chain_position_offset)
+                       profile.chain_position_offset, profile.drafts_within_budget)
 
 
 def _draft_to_target(d2t: torch.Tensor) -> torch.Tensor:

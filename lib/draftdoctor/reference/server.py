@@ -76,11 +76,8 @@ class ReferenceEngine:
         return ids, None
 
     def generate(self, ids: list[int], max_new_tokens: int) -> dict:
-        from .engine import speculative_generate
-
         with self.lock:
-            result = speculative_generate(self.target, self.loaded.draft, self.loaded.capture, ids, max_new_tokens,
-                                          self.num_steps, eos_token_id=self.eos, chain_offset=self.loaded.chain_offset)
+            result = self.loaded.speculate(self.target, ids, max_new_tokens, self.num_steps, self.eos)
             self._count(result)
         meta = {"prompt_tokens": len(ids), "completion_tokens": result.completion_tokens,
                 "spec_verify_ct": result.spec_verify_ct, "finish_reason": {"type": "length"},

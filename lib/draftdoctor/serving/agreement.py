@@ -6,7 +6,7 @@ On vLLM the definition is its `/metrics` counters: mean acceptance length = 1 + 
 and per-position acceptance = accepted at position i / drafts, both counting every draft the target
 accepted, also where a stop (EOS, the token budget) cut the output short (scheduler.py counts before
 its stop check). llama.cpp's counters count the drafts accepted before an accepted EOS, which ends the
-step as the target's own token. The reference engine counts as the engine it emulates does
+step as the target's own token (unless it is the step's last draft: then it counts as accepted). The reference engine counts as the engine it emulates does
 (`Profile.counts_accepted`).
 
 `compare` returns one `Agreement` per emulation with the differences; `benchmarks/agreement.py`
@@ -76,7 +76,6 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
     import torch
 
     from ..reference.acceptance import one_thread
-    from ..reference.engine import speculative_generate
     from ..reference.llama import TargetModel
     from ..reference.loading import load_for_engine
 
@@ -85,8 +84,7 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
     loaded = load_for_engine(draft_dir, engine, target)
     eos = eos_token_id(target_dir)
     with one_thread():
-        results = [speculative_generate(target, loaded.draft, loaded.capture, ids, max_new_tokens, num_steps, eos,
-                                        chain_offset=loaded.chain_offset) for ids in prompts]
+        results = [loaded.speculate(target, ids, max_new_tokens, num_steps, eos) for ids in prompts]
     steps = sum(r.spec_verify_ct for r in results)
     per_position = [sum(c) for c in zip(*(r.counted(engine.profile.counts_accepted) for r in results))]
     return Acceptance(f"reference backend emulating {engine.spec}", 1 + sum(per_position) / steps,
