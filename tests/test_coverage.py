@@ -235,7 +235,8 @@ def test_null_target_hidden_size_crashes(draft):
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("sglang==0.5.10", "0.5.3"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.5.3"),
+    ("sglang==0.5.10", "0.5.10"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.5.10"),
+    ("sglang==0.5.9", "0.5.3"),
     ("sglang==0.4.8.post1", "0.4.4.post2"), ("sglang==0.4.9", "0.4.9"), ("sglang==0.5.0rc2", "0.4.9"),
     ("sglang==0.5.2", "0.5.2"), ("sglang==0.5.16", "0.5.12"), ("sglang==0.5.17", "0.5.17"),
     ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.17"), ("vllm", "0.30.0"), ("vllm==0.31.0", "0.30.0"),
@@ -249,7 +250,7 @@ def test_engine_specs(spec, expected):
 def test_unknown_engine_specs_list_known_ranges(spec):
     with pytest.raises(EngineSpecError) as e:
         resolve_engine(spec)
-    assert "0.5.3–0.5.11" in str(e.value) or "expected e.g." in str(e.value)
+    assert "0.5.10–0.5.11" in str(e.value) or "expected e.g." in str(e.value)
 
 
 def test_layout_detection_evidence(draft):

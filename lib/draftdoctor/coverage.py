@@ -410,7 +410,9 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
                 "config-unreadable",
                 f"{profile.engine} cannot read {where} ({fmt} format): \"Unrecognized model in "
                 f"{checkpoint.folder}. Should have a `model_type` key in its config.json\"; "
-                f"`draftdoctor fix --engine {profile.engine}=={release}` writes the flat config it reads",
+                + ("this release's transformers (4.x) may instead take a model type named in the folder's path, "
+                   "and the build then fails: the server does not start either way; " if profile.model_type_from_path else "")
+                + f"`draftdoctor fix --engine {profile.engine}=={release}` writes the flat config it reads",
             )
     unmodelled = unmodelled_class(profile, release, config)
     if unmodelled is not None:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .configs import FLAT, config_format
+from .engines import resolve_engine
 from .synth import REMOVE, DraftShape, edit_config, write_draft, write_header_only, write_mla_draft
 
 H, I = 64, 128
@@ -134,9 +136,17 @@ def write_public(root) -> dict[str, Path]:
             for d in sorted(PUBLIC.iterdir()) if d.is_dir()}
 
 
-def names_a_target_class(folder: Path) -> bool:
+def only_wont_start(folder: Path, engine: str) -> bool:
+    """The replay claims no more than that the server does not start: the config names a target's class
+    (the engine builds that model, which fails wherever its code happens to), or the release reads a config
+    without `model_type` as whatever model type the folder's path names (`Profile.model_type_from_path`)."""
     config = json.loads((Path(folder) / "config.json").read_text())
-    return config.get("architectures") in (["LlamaForCausalLM"], ["Qwen3ForCausalLM"], ["DeepseekV2ForCausalLM"])
+    profile = resolve_engine(engine).profile_for(config)
+    fmt = config_format(config)
+    if fmt != FLAT:
+        return fmt not in profile.config_formats and profile.model_type_from_path
+    names = set(profile.registry_names(config.get("architectures") or []))
+    return bool(names & set(profile.plain_architectures)) and not names & set(profile.architectures)
 
 
 def not_modelled(played) -> bool:
@@ -144,16 +154,16 @@ def not_modelled(played) -> bool:
     return any(f.code == "replay-not-modelled" for f in played.findings)
 
 
-def disagreements(name: str, played, real, engine: str, plain_class: bool = False) -> list[str]:
-    """Where the replay's report differs from the real loader's: parameter statuses and finding codes.
-    `plain_class`: the config names a target's class (SGLang builds another model): both must only say
-    the server will not start. After a crash the server does not start whatever was written before; which
+def disagreements(name: str, played, real, engine: str, folder: Path) -> list[str]:
+    """Where the replay's report of the draft in `folder` differs from the real loader's: parameter statuses
+    and finding codes; where the replay claims only that the server does not start (`only_wont_start`),
+    both must say just that. After a crash the server does not start whatever was written before; which
     parameters vLLM had written by then depends on the order it places keys in, not modelled. A draft
     class the replay does not model for the release (`replay-not-modelled`: its verdict is "not checked")
     is no claim to compare."""
     if not_modelled(played):
         return []
-    if plain_class and engine.startswith("sglang"):
+    if only_wont_start(folder, engine):
         if not (WONT_START & {f.code for f in real.errors} and WONT_START & {f.code for f in played.errors}):
             return [f"{name}: replay {played.verdict!r} vs real {real.verdict!r}"]
         return []

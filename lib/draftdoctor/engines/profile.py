@@ -133,6 +133,11 @@ class Profile(ReleaseRange):
     # target-model classes the registry builds when a draft config names them (the EAGLE repo's
     # published drafts say LlamaForCausalLM): not a draft, so the draft's load fails
     plain_architectures: tuple[str, ...] = ()
+    # a config without `model_type` (speculators' format) is not refused at once: transformers < 5's AutoConfig
+    # takes the first model type named in the folder's path ("llama", "qwen3": the pattern fallback), and
+    # the build then fails (SGLang 0.4.x to 0.5.9, which pin transformers 4.x): the server does not start
+    # either way, the failure and its message depend on the path
+    model_type_from_path: bool = False
     # the draft layer's attention is the target Llama's, whose o_proj has a bias when the config says
     # `attention_bias` or `bias` (SGLang: qkv_proj is rebuilt without one, o_proj keeps it)
     o_proj_bias_from_config: bool = False

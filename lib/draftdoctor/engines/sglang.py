@@ -7,7 +7,8 @@ edges were then checked by running the last release of every minor version from 
 0.5.0rc2: there is no final 0.5.0) through its own loader over the differential corpus (the
 `sglang-sweep` branch): `draft_vocab_size: null` crashes the build until 0.5.1; a too-narrow
 down_proj/o_proj is padded silently from 0.5.3 (an error before); `input_norm` (norm_before_fc) is
-built from 0.5.17; the MLA class from 0.5.12.
+built from 0.5.17; the MLA class from 0.5.12; up to 0.5.9 (transformers 4.x) a speculators config is
+read as whatever model type its folder's path names, and the build fails later instead.
 """
 
 from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts
@@ -44,6 +45,7 @@ _COMMON = dict(
 _MIDLAYER = dict(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, legacy_renames=(),
                  supports_fc_norm=False, supports_input_norm=False, fc_aux_count_from=())
 _SILENT_FALLBACK = dict(prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT, fc_bias="config")
+_TRANSFORMERS_4 = dict(model_type_from_path=True)  # the releases pinning transformers 4.x (up to 0.5.9)
 _LAYERS = dict(layer_prefix="model.layers.{i}.", single_layer_error=None,
                legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
                                ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
@@ -58,16 +60,19 @@ PROFILES = [
         on_unmatched=(WARN, "Parameter {name} not found in params_dict"),
         on_unmatched_stacked=(CRASH, "KeyError: '{name}'"),
         fc_bias="always", null_draft_vocab_error=_NULL_DRAFT_VOCAB, key_order="offset",
-        **_MIDLAYER, **_COMMON,
+        **_MIDLAYER, **_TRANSFORMERS_4, **_COMMON,
     ),
     # 0.4.9 to 0.5.1: ParallelLMHead(config.draft_vocab_size) with a null size fails; the row-parallel
     # loader asserts shapes (no padding yet)
     Profile(first="0.4.9", last="0.5.1.post3", null_draft_vocab_error=_NULL_DRAFT_VOCAB,
-            **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
+            **_MIDLAYER, **_SILENT_FALLBACK, **_TRANSFORMERS_4, **_COMMON),
     # 0.5.2 takes lm_head from the target when draft_vocab_size is null (load_lm_head_from_target)
-    Profile(first="0.5.2", last="0.5.2", **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
+    Profile(first="0.5.2", last="0.5.2", **_MIDLAYER, **_SILENT_FALLBACK, **_TRANSFORMERS_4, **_COMMON),
     # 0.5.3: the GPU path of the row-/column-parallel loaders pads or narrows (pad_or_narrow_weight)
-    Profile(first="0.5.3", last="0.5.11", resized_silently=_PAD_OR_NARROW, **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
+    Profile(first="0.5.3", last="0.5.9", resized_silently=_PAD_OR_NARROW, **_MIDLAYER, **_SILENT_FALLBACK,
+            **_TRANSFORMERS_4, **_COMMON),
+    # 0.5.10 pins transformers 5, whose AutoConfig refuses a config without model_type whatever the path
+    Profile(first="0.5.10", last="0.5.11", resized_silently=_PAD_OR_NARROW, **_MIDLAYER, **_SILENT_FALLBACK, **_COMMON),
     # 0.5.12: the `layers` ModuleList, legacy renames, fc_norm, the MLA class; no input_norm before 0.5.17
     Profile(first="0.5.12", last="0.5.16", supports_input_norm=False, **_LAYERS, **_COMMON),
     Profile(first="0.5.17", last="0.5.23", supports_input_norm=True, **_LAYERS, **_COMMON),

@@ -77,8 +77,7 @@ def sweep(engine: str, work: Path, progress=print) -> list[ReleaseRow]:
                 played = replay(open_checkpoint(folder), f"{engine}=={release}")
                 if differential.not_modelled(played):
                     row.not_modelled.append(name)
-                elif differential.disagreements(name, played, real, f"{engine}=={release}",
-                                              differential.names_a_target_class(folder)):
+                elif differential.disagreements(name, played, real, f"{engine}=={release}", folder):
                     row.disagreements.append(name)
         progress(f"{engine} {release}: {row.seconds} s, {len(row.disagreements)} disagreement(s)"
                  + (f", failed: {row.error}" if row.error else ""))
