@@ -430,7 +430,7 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
             f"before the registry: \"Model architectures ['{rewritten}'] are not supported for now\"; a model_type "
             f"such as deepseek_v2 or kimi_k2 keeps {architectures[0] if architectures else 'the draft class'}"))
     looked_up = profile.registry_names(architectures)
-    if fmt == FLAT and set(looked_up) & set(profile.plain_architectures) and not set(looked_up) & set(profile.architectures):
+    if fmt == FLAT and profile.builds_a_target_model(architectures):
         return F.finding(
             "loader-crash",
             f"{where}: architectures {architectures} name a target model, not an EAGLE-3 draft: {profile.engine} "

@@ -145,8 +145,7 @@ def only_wont_start(folder: Path, engine: str) -> bool:
     fmt = config_format(config)
     if fmt != FLAT:
         return fmt not in profile.config_formats and profile.model_type_from_path
-    names = set(profile.registry_names(config.get("architectures") or []))
-    return bool(names & set(profile.plain_architectures)) and not names & set(profile.architectures)
+    return profile.builds_a_target_model(config.get("architectures") or [])
 
 
 def not_modelled(played) -> bool:

@@ -231,6 +231,12 @@ class Profile(ReleaseRange):
         p = self.architecture_prefix
         return [a if not p or a.startswith(p) or a.endswith(p) else p + a for a in architectures]
 
+    def builds_a_target_model(self, architectures) -> bool:
+        """A flat config's `architectures` name only target-model classes (`plain_architectures`), no
+        EAGLE-3 draft class: the registry builds that target model, and its build or load fails."""
+        looked_up = set(self.registry_names(architectures))
+        return bool(looked_up & set(self.plain_architectures)) and not looked_up & set(self.architectures)
+
     def lookup_names(self, name: str) -> list[str]:
         """The parameter names `load_weights` tries for a (renamed) key, in order."""
         if self.prefix_rule == "asis":
