@@ -58,3 +58,15 @@ def _stop_real_loader_workers(tmp_path_factory):
     from draftdoctor.realload import stop_workers
 
     stop_workers()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """`make test` runs two pytest-xdist workers (`--dist loadgroup`): the tests that share a module- or
+    class-scoped fixture (a served engine, a trained draft) go to one worker, so it is built once; the
+    others are handed out one by one."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info and any(defs[-1].scope in ("module", "class", "package")
+                        for defs in info.name2fixturedefs.values() if defs):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
