@@ -40,49 +40,63 @@ def letters(report) -> str:
     return text or "ok"
 
 
-def sweep(engine: str, work: Path, progress=print) -> list[ReleaseRow]:
-    """One row per installed release of `engine`, oldest first."""
+def sweep(engine: str, work: Path, progress=print, jobs: int = 1) -> list[ReleaseRow]:
+    """One row per installed release of `engine`, oldest first; `jobs` releases at a time (each in its own
+    child process: on 2 cores, two halve the sweep)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .. import differential
+    from . import installed_releases
+
+    cases = differential.write_cases(work / "cases", engine)
+    cases |= {f"public/{name}": folder for name, folder in differential.write_public(work / "public").items()}
+
+    def run(release: str) -> ReleaseRow:
+        row = sweep_release(engine, release, cases)
+        progress(f"{engine} {release}: {row.seconds} s, {len(row.disagreements)} disagreement(s)"
+                 + (f", failed: {row.error}" if row.error else ""))
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(run, installed_releases(engine)))
+
+
+def sweep_release(engine: str, release: str, cases: dict) -> ReleaseRow:
+    """What `release`'s own loader does with each case, and where the replay's profile row disagrees."""
     from .. import differential
     from ..checkpoint import open_checkpoint
     from ..coverage import replay
     from ..engines import EngineSpecError, resolve_engine
     from ..realcheck import RealCheckError, from_real, real_checks
-    from . import RealLoaderError, installed_releases, run_real_loaders, stop_worker
+    from . import RealLoaderError, run_real_loaders, stop_worker
 
-    cases = differential.write_cases(work / "cases", engine)
-    cases |= {f"public/{name}": folder for name, folder in differential.write_public(work / "public").items()}
-    rows = []
-    for release in installed_releases(engine):
-        try:
-            profile = resolve_engine(f"{engine}=={release}").profile.spec
-        except EngineSpecError:
-            profile = None
-        row = ReleaseRow(release, profile, 0.0)
-        started = time.perf_counter()
-        try:
-            if profile:
-                reals = real_checks(list(cases.values()), f"{engine}=={release}", timeout=1800)
-            else:  # older than any profile row: the release's own reports, read with the oldest row's names
-                raws = run_real_loaders(list(cases.values()), release, timeout=1800, engine=engine)
-                reals = [from_real(raw, open_checkpoint(f), _oldest(engine)) for raw, f in zip(raws, cases.values())]
-        except (RealLoaderError, RealCheckError, EngineSpecError, OSError) as e:
-            row.error = str(e).splitlines()[0][:200]
-            reals = []
-        finally:
-            stop_worker(engine, release)
-        row.seconds = round(time.perf_counter() - started, 1)
-        for (name, folder), real in zip(cases.items(), reals):
-            row.cells[name] = letters(real)
-            if profile:
-                played = replay(open_checkpoint(folder), f"{engine}=={release}")
-                if differential.not_modelled(played):
-                    row.not_modelled.append(name)
-                elif differential.disagreements(name, played, real, f"{engine}=={release}", folder):
-                    row.disagreements.append(name)
-        progress(f"{engine} {release}: {row.seconds} s, {len(row.disagreements)} disagreement(s)"
-                 + (f", failed: {row.error}" if row.error else ""))
-        rows.append(row)
-    return rows
+    try:
+        profile = resolve_engine(f"{engine}=={release}").profile.spec
+    except EngineSpecError:
+        profile = None
+    row = ReleaseRow(release, profile, 0.0)
+    started = time.perf_counter()
+    try:
+        if profile:
+            reals = real_checks(list(cases.values()), f"{engine}=={release}", timeout=1800)
+        else:  # older than any profile row: the release's own reports, read with the oldest row's names
+            raws = run_real_loaders(list(cases.values()), release, timeout=1800, engine=engine)
+            reals = [from_real(raw, open_checkpoint(f), _oldest(engine)) for raw, f in zip(raws, cases.values())]
+    except (RealLoaderError, RealCheckError, EngineSpecError, OSError) as e:
+        row.error = str(e).splitlines()[0][:200]
+        reals = []
+    finally:
+        stop_worker(engine, release)
+    row.seconds = round(time.perf_counter() - started, 1)
+    for (name, folder), real in zip(cases.items(), reals):
+        row.cells[name] = letters(real)
+        if profile:
+            played = replay(open_checkpoint(folder), f"{engine}=={release}")
+            if differential.not_modelled(played):
+                row.not_modelled.append(name)
+            elif differential.disagreements(name, played, real, f"{engine}=={release}", folder):
+                row.disagreements.append(name)
+    return row
 
 
 def _oldest(engine: str) -> str:
@@ -124,11 +138,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("engine", choices=("sglang", "vllm"))
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=2, help="releases run at once (default 2: the machines' cores)")
     args = ap.parse_args(argv)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     with tempfile.TemporaryDirectory(prefix="draftdoctor-sweep-") as work:
-        rows = sweep(args.engine, Path(work), progress=lambda m: print(m, file=sys.stderr))
+        rows = sweep(args.engine, Path(work), progress=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(markdown(args.engine, rows, f"{time.strftime('%Y-%m-%d')}, {cpu}"))
     print(f"wrote {args.out}: {len(rows)} releases", file=sys.stderr)
