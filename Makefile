@@ -37,11 +37,12 @@ $(VENV)/.setup-done: pyproject.toml
 $(VENV)/.venv-complete: $(VENV)/.setup-done
 	touch $@
 
-# What the tests need (mk/*.mk add theirs), made two at a time: the downloads and the llama.cpp build overlap.
+# What the tests need (mk/*.mk add theirs), made three at a time: two release installs (mostly downloads and
+# unpacking) overlap the llama.cpp build.
 # Then the suite on two workers (pytest-xdist; tests sharing a module's fixture stay together: conftest.py).
 TEST_NEEDS := setup
 test:
-	$(MAKE) -j2 $(TEST_NEEDS) FOR_TESTS=1
+	$(MAKE) -j3 $(TEST_NEEDS) FOR_TESTS=1
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.

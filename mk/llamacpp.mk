@@ -21,7 +21,7 @@ llamacpp: $(LLAMACPP_BUILT) $(VENV)/.llamacpp-py-done
 
 $(VENV)/.venv-complete: $(VENV)/.llamacpp-py-done
 
-# after speculators' install: two pip runs must not change one venv at once (make test runs -j2)
+# after speculators' install: two pip runs must not change one venv at once (make test runs -j3)
 $(VENV)/.llamacpp-py-done: $(VENV)/.setup-done requirements/llamacpp.txt | $(VENV)/.speculators-done
 	$(BIN)/pip install -q --no-deps -r requirements/llamacpp.txt
 	touch $@
