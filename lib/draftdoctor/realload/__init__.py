@@ -178,8 +178,15 @@ def _child_env(release, engine):
     # the kit's own lib folder after the release's: the child runs this very draftdoctor, not whichever
     # one the venv's editable install names (a git worktree, a second checkout)
     path = os.pathsep.join([str(release_env(release, engine)), str(HERE.parents[1])])
-    return dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    if engine == "vllm":
+        # vLLM caches its registry's model inspection (a subprocess per class, ~10 s) under one file per
+        # class whatever the release, so releases overwrite each other's: one folder per release keeps them
+        from ..toolstate import STATE
+
+        env["VLLM_CACHE_ROOT"] = str(Path(os.environ.get("VLLM_CACHE_ROOT", STATE / "vllm" / "cache")) / "releases" / release)
+    return env
 
 
 def _broken(engine, release, tail) -> "RealLoaderCrashed":
