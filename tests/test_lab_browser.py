@@ -39,8 +39,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 DEMO_DRAFT = ROOT / "data" / "demo" / "draft-story"
 RELEASE = "sglang==0.5.10"  # the notebooks' default engine release
 KERNEL_TIMEOUT = 60  # seconds for a notebook's kernel to start
-RUN_TIMEOUT = 300  # seconds for Run All (step 5 starts the reference server twice: ~15 s; make test runs
-# another worker beside it, whose engines can take both cores for a minute)
+RUN_TIMEOUT = 120  # seconds for Run All (step 5 starts the reference server twice: ~15 s)
 SAVE_TIMEOUT = 30  # seconds for Lab to save a notebook
 WIDGET_TIMEOUT = 30  # seconds for a widget (or any expect) to show the kernel's answer to an input
 # Lab's user settings for the test: no "get Jupyter news?" prompt over the screenshots, and no

@@ -94,6 +94,7 @@ _BEFORE_0_18 = _BEFORE_0_22 | dict(supports_input_norm=False, dropped_unless_bui
 # before 0.16.0 qkv_proj has no bias and `mask_hidden` (P-EAGLE) is a key like any other
 _BEFORE_0_16 = _BEFORE_0_18 | dict(qkv_bias_from_config=False, ignored_keys=("t2d",))
 _V1_RUNNER = dict(aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA, **_DICT_LOADER)
+_V2_RUNNER = dict(aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER)  # 0.23-0.24, as above
 
 PROFILES = [
     # 0.10.2-0.11.x build one decoder layer only, older ones read no speculators config: no row (the
@@ -102,15 +103,14 @@ PROFILES = [
     Profile(first="0.16.0", last="0.17.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_18)),
     # input_norm from a flat config's norm_before_fc; speculators' reader passes it on only from 0.19.0,
     # and unbuilt, the loader skips the key (the public gpt-oss-20b speculator: dropped here, loaded after)
-    Profile(first="0.18.0", last="0.18.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_22
-                                              | dict(speculators_drops=("fc_norm", "norm_output", "norm_before_fc")))),
+    Profile(first="0.18.0", last="0.18.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_22 | dict(
+        speculators_drops=(*_DICT_LOADER["speculators_drops"], "norm_before_fc")))),
     Profile(first="0.19.0", last="0.21.0", **(_COMMON | _V1_RUNNER | _BEFORE_0_22)),
     # fc's width from num_aux_hidden_states or eagle_config's ids, fc_norm, norm_output
     Profile(first="0.22.0", last="0.22.1", **(_COMMON | _V1_RUNNER)),
     # Model Runner V2's aux ids, no Qwen3 class yet: 0.23.0's own loader refuses it as 0.22.0's does
-    Profile(first="0.23.0", last="0.23.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER, **_COMMON),
-    *_with_qwen3(dict(first="0.24.0", last="0.24.0", aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA,
-                      speculators_classes=_SPECULATORS_CLASSES, **_DICT_LOADER, **_COMMON)),
+    Profile(first="0.23.0", last="0.23.0", **(_COMMON | _V2_RUNNER)),
+    *_with_qwen3(dict(first="0.24.0", last="0.24.0", speculators_classes=_SPECULATORS_CLASSES, **(_COMMON | _V2_RUNNER))),
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
     *_with_qwen3(dict(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
                       unmodelled_classes=_MLA, speculators_classes=_SPECULATORS_CLASSES, **_AUTO_LOADER, **_COMMON)),

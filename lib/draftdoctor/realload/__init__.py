@@ -183,9 +183,10 @@ def _child_env(release, engine):
     if engine == "vllm":
         # vLLM caches its registry's model inspection (a subprocess per class, ~10 s) under one file per
         # class whatever the release, so releases overwrite each other's: one folder per release keeps them
-        from ..toolstate import STATE
+        from ..toolstate import KIT_TOOLS, STATE
 
-        env["VLLM_CACHE_ROOT"] = str(Path(os.environ.get("VLLM_CACHE_ROOT", STATE / "vllm" / "cache")) / "releases" / release)
+        root = os.environ.get("VLLM_CACHE_ROOT", STATE / dict(KIT_TOOLS)["VLLM_CACHE_ROOT"])
+        env["VLLM_CACHE_ROOT"] = str(Path(root) / "releases" / release)
     return env
 
 
