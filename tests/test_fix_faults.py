@@ -77,9 +77,10 @@ def test_read_only_destination_fails_cleanly(draft_4mb, mount):
 
 
 def test_sigkill_midway_leaves_no_destination_and_a_rerun_succeeds(tmp_path):
-    # big enough that the copy takes a while: about 400 MB of random data
-    src = write_draft(tmp_path / "src", DraftShape(hidden=2048, heads=16, kv_heads=4, head_dim=128, intermediate=8192,
-                                                   vocab=32768, draft_vocab=16384, target_hidden=2048),
+    # big enough that the copy takes a while (140 MB of random data: about 0.5 s, a hundred polls), small
+    # enough that source, killed copy and rerun fit beside the rest of the suite on CI's disk
+    src = write_draft(tmp_path / "src", DraftShape(hidden=1024, heads=16, kv_heads=4, head_dim=64, intermediate=4096,
+                                                   vocab=32768, draft_vocab=16384, target_hidden=1024),
                       layout="speculators", config="flat")
     before = fingerprint(src)
     dst = tmp_path / "out" / "fixed"
