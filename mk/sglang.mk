@@ -11,13 +11,14 @@ SGLANG_DIR := $(BUILD)/sglang
 RELEASE_STORE := $(BUILD)/release-store
 
 .PHONY: sglang-loaders
-sglang-loaders: setup $(foreach r,$(SGLANG_RELEASES),$(SGLANG_DIR)/$(r)/.linked)
+sglang-loaders: setup $(foreach r,$(SGLANG_RELEASES),$(SGLANG_DIR)/$(r)/.installed $(SGLANG_DIR)/$(r)/.linked)
 ifeq ($(RELEASES),all)
 	$(BIN)/python -m draftdoctor.realload.sweep sglang --out docs/releases/sglang.md
 endif
 
-# The marker is written only after the child's adapter self-check passed in the fresh folder; the venv
-# is order-only (its torch is shared, but re-running `make setup` must not reinstall every release).
+# The marker is written only after the child's self-check passed in the fresh folder (the adapter fits,
+# a tiny draft loads: realload/common.py `self_check`); the venv is order-only (its torch is shared,
+# but re-running `make setup` must not reinstall every release).
 # The grep refuses pin lists that would bring torch, CUDA/nvidia wheels, sgl-kernel or triton.
 # --no-compile: most of transformers/sglang is never imported; the self-check compiles what is.
 $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.venv-complete
@@ -29,8 +30,8 @@ $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.venv-compl
 	touch $@
 
 # Then the files it has in common with other releases (SGLang's or vLLM's) are swapped for hard links to one
-# copy in the store (CI's 16 release folders: 11.7 GB -> 4.5 GB).
-.PRECIOUS: $(BUILD)/%/.installed  # reached only through this rule, but not a by-product to delete
+# copy in the store (CI's 16 release folders: 11.7 GB -> 4.5 GB). The loader targets name `.installed`
+# too: reached only through this rule, make would delete it as a by-product.
 $(BUILD)/%/.linked: $(BUILD)/%/.installed
 	$(BIN)/python -m draftdoctor.realload.linkstore $(RELEASE_STORE) $(@D)
 	touch $@

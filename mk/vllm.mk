@@ -8,12 +8,13 @@ VLLM_RELEASES := $(if $(filter all,$(RELEASES)),$(ALL_VLLM),$(or $(RELEASES),$(c
 VLLM_DIR := $(BUILD)/vllm
 
 .PHONY: vllm-loaders
-vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.linked)
+vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.installed $(VLLM_DIR)/$(r)/.linked)
 ifeq ($(RELEASES),all)
 	$(BIN)/python -m draftdoctor.realload.sweep vllm --out docs/releases/vllm.md
 endif
 
-# The marker is written only after the child's environment check passed in the fresh folder (then the
+# The marker is written only after the child's self-check passed in the fresh folder (a tiny draft
+# loaded, which also caches vLLM's model inspection for the release's first check; then the
 # folder is linked to the store: `.linked`, mk/sglang.mk). The grep refuses pin lists that would bring
 # torch, its CUDA-built companions, triton or CUDA wheels.
 $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-complete
