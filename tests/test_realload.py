@@ -231,6 +231,26 @@ def test_adapter_fits_its_release(release):
     realload.self_check(release)
 
 
+@pytest.mark.parametrize("engine, release, status", [("sglang", "0.5.10", 3), ("vllm", "0.32.0", 3), ("vllm", "0.9.1", 0)])
+def test_the_self_check_fails_a_modelled_release_whose_tiny_draft_raises(engine, release, status, capsys):
+    """Every release a profile row covers loads the EAGLE-layout self-check draft (docs/releases/): one
+    that raises is a broken install; a release no row covers (vLLM 0.9.1: another draft class) may."""
+    import io
+
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.realload.common import self_check
+
+    def raising(paths, device, target_config):
+        assert any(k.startswith("midlayer.") for k in open_checkpoint(paths[0]).keys())
+        return [{"engine": engine, "release": release,
+                 "error": {"stage": "load", "type": "KeyError", "message": "'midlayer.mlp.gate_proj.weight'"}}]
+
+    out = io.StringIO()
+    assert self_check(out, raising) == status
+    assert f"{engine} {release}'s self-check draft did not load (load: KeyError" in capsys.readouterr().err
+    assert (out.getvalue() != "") == (status == 0)
+
+
 def test_adapter_check_fails_loudly_on_a_release_it_does_not_fit():
     """The 0.5.23 adapter run against 0.5.10 must name what is missing, not load anything."""
     require("0.5.10")

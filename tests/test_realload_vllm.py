@@ -86,11 +86,19 @@ def test_a_release_without_a_real_loader_names_the_engines_that_have_one(draft):
     assert message.startswith("vllm==0.33.0 has no real loader") and "0.32.0" in message and "0.5.10" in message
 
 
-def test_the_environment_self_checks():
+def test_the_environment_self_checks(tmp_path, monkeypatch):
+    """The install's self-check loads a tiny draft, which leaves the release its own model inspection:
+    vLLM inspects each class in a subprocess (~25 s cold) and caches it under one file name per class
+    whatever the release, so the child keeps one folder per release, and a user's first check of a
+    Llama draft finds the draft class and the stand-in target inspected."""
     from draftdoctor import realload
 
     require_release(RELEASE, "vllm")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))
     realload.self_check(RELEASE, engine="vllm", timeout=300)
+    cached = {p.name for p in (tmp_path / "releases" / RELEASE / "modelinfos").glob("*.json")}
+    assert {"vllm-model_executor-models-llama_eagle3-Eagle3LlamaForCausalLM.json",
+            "vllm-model_executor-models-llama-LlamaForCausalLM.json"} <= cached, cached
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.realload.vllm_child", "--release", "0.31.0"],
                           env={"PYTHONPATH": str(realload.release_env(RELEASE, "vllm"))}, capture_output=True, text=True,
                           timeout=300)

@@ -65,7 +65,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import read_line
+from .common import EXIT_ENVIRONMENT, read_line
 
 SCHEMA_VERSION = 1
 HERE = Path(__file__).resolve().parent
@@ -120,7 +120,6 @@ LOADERS = {
 }
 # Written last by `make sglang-loaders` into each release folder: a folder without it is incomplete.
 READY_MARKER = ".installed"
-_EXIT_ENVIRONMENT = 3  # child.EXIT_ENVIRONMENT (not imported: the child module imports torch)
 WORKER_IDLE_S = 600.0  # a warm worker exits after this long without a request
 MAX_WORKERS = 3  # warm workers alive at once (each holds an engine in memory); the least recently used goes
 # set to 0 for a fresh child per call (the cold path: `benchmarks/real_loader.py`, install self-checks)
@@ -180,13 +179,6 @@ def _child_env(release, engine):
     path = os.pathsep.join([str(release_env(release, engine)), str(HERE.parents[1])])
     env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    if engine == "vllm":
-        # vLLM caches its registry's model inspection (a subprocess per class, ~10 s) under one file per
-        # class whatever the release, so releases overwrite each other's: one folder per release keeps them
-        from ..toolstate import KIT_TOOLS, STATE
-
-        root = os.environ.get("VLLM_CACHE_ROOT", STATE / dict(KIT_TOOLS)["VLLM_CACHE_ROOT"])
-        env["VLLM_CACHE_ROOT"] = str(Path(root) / "releases" / release)
     return env
 
 
@@ -207,7 +199,7 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
         proc.communicate()
         raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
     tail = "\n".join(stderr.strip().splitlines()[-20:])
-    if proc.returncode == _EXIT_ENVIRONMENT:
+    if proc.returncode == EXIT_ENVIRONMENT:
         raise _broken(engine, release, tail)
     if proc.returncode != 0:
         raise RealLoaderCrashed(f"{engine} {release} real loader died (exit status {proc.returncode}):\n{tail}")
@@ -278,7 +270,7 @@ def _start_worker(engine, release, timeout: float):
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-20:])
-                if proc.returncode == _EXIT_ENVIRONMENT:
+                if proc.returncode == EXIT_ENVIRONMENT:
                     raise _broken(engine, release, tail)
                 raise RealLoaderCrashed(f"{engine} {release} real loader exited (status {proc.returncode}) while "
                                         f"starting:\n{tail}")

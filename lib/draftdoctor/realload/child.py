@@ -25,11 +25,10 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import (Captured, Stages, add_child_arguments, batch, device_for, error, free_port, fused_shards,
-                     report_stream, run)
+from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, free_port,
+                     fused_shards, report_stream, run)
 from .recorder import LoadRecorder
 
-EXIT_ENVIRONMENT = 3
 
 # ServerArgs reads its `model_path` as the *target* model. The draft must only be read the way the
 # draft worker reads it, so the target is a minimal Llama config of our own.

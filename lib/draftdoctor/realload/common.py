@@ -14,6 +14,9 @@ import traceback
 from pathlib import Path
 
 
+EXIT_ENVIRONMENT = 3  # the release's environment is broken (the parent reads it: realload._EXIT_ENVIRONMENT)
+
+
 class Captured(logging.Handler):
     """Keeps warnings and errors logged while the checkpoint is read (an engine's silence is evidence)."""
 
@@ -112,7 +115,7 @@ def device_for(checkpoint, requested: str) -> str:
 def add_child_arguments(parser) -> None:
     """The arguments both children take: checkpoints (one batch, printed on stdout), or --serve (a warm
     worker answering batches on a Unix socket until idle)."""
-    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: only check the environment)")
+    parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: the install's self-check on a tiny draft)")
     parser.add_argument("--release", required=True)
     parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
     parser.add_argument("--target-config", help="(vLLM) the target's config.json (default: a stand-in sized from each draft)")
@@ -135,11 +138,37 @@ def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
 
 def run(args, out, checks) -> int:
     """After set-up: one batch (`checks(paths, device, target_config)` -> reports, printed on `out`), or,
-    with --serve, every request a client sends until the worker is idle for --idle-timeout seconds."""
+    with --serve, every request a client sends until the worker is idle for --idle-timeout seconds;
+    with neither checkpoints nor --serve, the install's self-check (`self_check`)."""
     if not args.serve:
+        if not args.checkpoints:
+            return self_check(out, checks)
         return emit(out, checks(args.checkpoints, args.device, args.target_config))
     return serve(args.serve, args.idle_timeout, lambda request: checks(
         request["checkpoints"], request.get("device", "auto"), request.get("target_config")))
+
+
+def self_check(out, checks) -> int:
+    """A tiny draft in the EAGLE repo's layout (`midlayer.*`, flat config) through the release's whole
+    path: config, build, load. An install that imports but cannot load then fails at `make`, not in a
+    user's first check, and the caches the release keeps are filled (vLLM's model inspection, about 25 s
+    cold). Every release the replay models loads that draft without error (docs/releases/); one that
+    raises exits 3. A release no profile row covers (vLLM before 0.12: another draft class, sweep only)
+    may refuse it: said on stderr, not a failure."""
+    from ..engines import all_profiles
+    from ..synth import write_draft
+
+    with tempfile.TemporaryDirectory(prefix="draftdoctor-self-check-") as folder:
+        reports = checks([write_draft(Path(folder) / "draft", layout="midlayer")], "auto", None)
+    for report in reports:
+        if report["error"]:
+            engine, release, found = report["engine"], report["release"], report["error"]
+            modelled = any(row.engine == engine and row.contains(release) for row in all_profiles())
+            print(f"draftdoctor: {engine} {release}'s self-check draft did not load "
+                  f"({found['stage']}: {found['type']}: {found['message']})", file=sys.stderr)
+            if modelled:
+                return EXIT_ENVIRONMENT
+    return emit(out, reports)
 
 
 def serve(socket_path: str, idle_timeout: float, handle) -> int:

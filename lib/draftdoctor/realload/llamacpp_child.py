@@ -23,9 +23,8 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import add_child_arguments, batch, error, free_port, report_stream, run
+from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, error, free_port, report_stream, run
 
-EXIT_ENVIRONMENT = 3
 ROOT = Path(__file__).resolve().parents[3]
 LLAMACPP = ROOT / "build" / "llamacpp"
 VENDOR = LLAMACPP / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"

