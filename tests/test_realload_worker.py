@@ -79,6 +79,10 @@ def test_a_worker_that_dies_mid_load_is_a_clear_error_and_the_next_call_gets_a_f
         run_real_loader(draft, RELEASE)
     assert len(written(run_real_loader(draft, RELEASE))) == 4
     assert worker_pids() and pid not in worker_pids()
+    sock = realload._worker_paths("sglang", RELEASE)[0]
+    assert list(sock.with_suffix(".tmp").iterdir()), "the worker's temporary files are in its own folder"
+    stop_worker("sglang", RELEASE)  # SIGKILL, as a crash: nothing it wrote stays
+    assert not sock.with_suffix(".tmp").exists()
 
 
 def test_an_idle_worker_exits_and_leaves_nothing_behind(draft, monkeypatch):
@@ -90,6 +94,7 @@ def test_an_idle_worker_exits_and_leaves_nothing_behind(draft, monkeypatch):
     while worker_pids() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not worker_pids() and not sock.exists() and not pid_file.exists()
+    assert not sock.with_suffix(".tmp").exists()
 
 
 def test_check_runs_the_real_loader_by_default_where_the_release_is_installed(draft, tmp_path):

@@ -57,6 +57,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -262,8 +263,13 @@ def _start_worker(engine, release, timeout: float):
         log.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", LOADERS[engine].child_module, "--release", release, "--serve", str(sock),
                    "--idle-timeout", str(WORKER_IDLE_S)]
+        # the worker's temporary files go to a folder of its own, removed with it: a killed worker leaves none
+        scratch = sock.with_suffix(".tmp")
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(mode=0o700)
         with open(log, "ab") as err:
-            proc = subprocess.Popen(command, env=_child_env(release, engine), stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(command, env=dict(_child_env(release, engine), TMPDIR=str(scratch)),
+                                    stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         pid_file.write_text(str(proc.pid))
         deadline = time.monotonic() + timeout
@@ -329,6 +335,7 @@ def _kill(pid_file: Path) -> None:
     for path in (sock, pid_file):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+    shutil.rmtree(sock.with_suffix(".tmp"), ignore_errors=True)
 
 
 def stop_worker(engine: str, release: str) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, free_port,
-                     fused_shards, report_stream, run)
+from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
+                     free_port, fused_shards, report_stream, run)
 from .recorder import LoadRecorder
 
 
@@ -193,4 +193,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

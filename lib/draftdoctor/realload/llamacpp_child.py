@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION
-from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, error, free_port, report_stream, run
+from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, error, exit_now, free_port, report_stream, run
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMACPP = ROOT / "build" / "llamacpp"
@@ -277,4 +277,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -40,8 +40,8 @@ from pathlib import Path
 
 from ..toolstate import keep_out_of_home
 from . import SCHEMA_VERSION
-from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, free_port,
-                     fused_shards, report_stream, run)
+from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
+                     free_port, fused_shards, on_exit, report_stream, run)
 from .recorder import LoadRecorder
 
 STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
@@ -89,7 +89,6 @@ def set_up(release):
 
 
 TORCH_SHIMS = []  # what the child added around the release, named in each report ("torch_shims")
-_METADATA_DIR = []
 
 
 def declare_vllm_distribution(release):
@@ -111,7 +110,7 @@ def declare_vllm_distribution(release):
     except importlib.metadata.PackageNotFoundError:
         pass
     folder = tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-dist-")
-    _METADATA_DIR.append(folder)  # removed when the child exits
+    on_exit(folder.cleanup)  # kept until the child exits, then removed
     info = Path(folder.name) / "vllm-0.0.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {release}+cpu\n")
@@ -350,4 +349,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
