@@ -11,8 +11,6 @@ from conftest import releases_under_test, require_release
 from draftdoctor.realload import release_env
 from draftdoctor.realload.linkstore import link, prune
 
-KIT = Path(__file__).resolve().parents[1]
-
 
 def release(folder: Path, files: dict) -> Path:
     for name, (body, mode) in files.items():

@@ -178,9 +178,8 @@ def _child_env(release, engine):
     # the kit's own lib folder after the release's: the child runs this very draftdoctor, not whichever
     # one the venv's editable install names (a git worktree, a second checkout)
     path = os.pathsep.join([str(release_env(release, engine)), str(HERE.parents[1])])
-    env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    return env
+    return dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
 
 
 def _broken(engine, release, tail) -> "RealLoaderCrashed":

@@ -19,14 +19,9 @@ import hashlib
 import os
 from pathlib import Path
 
-_CHUNK = 1 << 20
-
-
 def _entry(store: Path, path: Path, mode: int) -> Path:
-    digest = hashlib.blake2b(digest_size=20)
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
+        digest = hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=20))
     name = f"{digest.hexdigest()}-{mode & 0o7777:o}"  # links share their mode: it is part of the identity
     return store / name[:2] / name
 
