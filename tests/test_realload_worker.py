@@ -17,7 +17,7 @@ from conftest import require_release
 
 from draftdoctor import realload
 from draftdoctor.realload import RealLoaderCrashed, run_real_loader, stop_worker
-from draftdoctor.synth import write_draft
+from draftdoctor.synth import DraftShape, write_draft
 
 RELEASE = "0.5.10"
 
@@ -83,6 +83,37 @@ def test_a_worker_that_dies_mid_load_is_a_clear_error_and_the_next_call_gets_a_f
     assert list(sock.with_suffix(".tmp").iterdir()), "the worker's temporary files are in its own folder"
     stop_worker("sglang", RELEASE)  # SIGKILL, as a crash: nothing it wrote stays
     assert not sock.with_suffix(".tmp").exists()
+
+
+def memory_mb(pid: int) -> dict:
+    """VmRSS and VmHWM (peak since the last reset) of a process, in MB."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: int(v.split()[0]) / 1024 for k, v in (line.split(":", 1) for line in lines) if k in ("VmRSS", "VmHWM")}
+
+
+def test_a_warm_worker_holds_one_model_at_a_time(draft, tmp_path):
+    """Each check's model is freed before the next one is built, and telling written elements from the
+    sentinel copies no parameter: a worker had grown by 2 GB per 8B-target draft until CI's OOM killer
+    stopped it, and its peak was three times the model (the count made an int64 copy of the embedding)."""
+    shape = DraftShape(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=4096, vocab=128256,
+                       draft_vocab=32000, target_hidden=1024)
+    big = write_draft(tmp_path / "big", shape, layout="midlayer", fill="sparse")
+    report = run_real_loader(big, RELEASE)
+    assert report["device"] == "cpu" and not report["error"]
+    sizes_mb = [p["numel"] * (4 if p["dtype"] == "float32" else 2) / 2**20 for p in report["parameters"]]
+    model_mb = sum(sizes_mb)
+    assert model_mb > 300
+    [pid] = worker_pids()
+    before = memory_mb(pid)["VmRSS"]
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak counts from here
+    for _ in range(3):
+        assert written(run_real_loader(big, RELEASE)) == written(report)
+    after = memory_mb(pid)
+    # less than one model kept (allocator slack aside); at the peak, the model, the checkpoint's tensors
+    # and at most one temporary the size of the largest parameter
+    assert after["VmRSS"] - before < model_mb / 2, (before, after, model_mb)
+    peak_mb = model_mb + (big / "model.safetensors").stat().st_size / 2**20 + max(sizes_mb)
+    assert after["VmHWM"] - before < peak_mb, (before, after, peak_mb)
 
 
 def test_an_idle_worker_exits_and_leaves_nothing_behind(draft, monkeypatch):

@@ -4,6 +4,7 @@ times; find a free port for the gloo process group; answer one batch on stdout, 
 warm worker on a Unix socket (`serve`)."""
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -154,6 +155,10 @@ def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
             report = {**header, "checkpoint": str(checkpoint), **check_one(checkpoint, Path(scratch))}
             report["timings"] = {"setup": setup_s, **report["timings"]}
             reports.append(report)
+            # The model just checked lives in reference cycles (modules and their parents, the recorder's
+            # wrapped weight loaders): freed now, not at some later collection, so a batch or a warm
+            # worker holds one model at a time (it had grown by 2 GB per 8B-target draft, to an OOM kill).
+            gc.collect()
     return reports
 
 

@@ -22,6 +22,9 @@ _SENTINELS = {
     torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
 }
 PENDING_BYTES = 1 << 30  # unconsumed keys kept for the fused-write check, at most
+# Elements compared with the sentinel at a time: a whole 128k-vocabulary embedding at once made a bool
+# tensor, and `.sum()` an int64 copy of it, 4.5 GB beside a 1 GB parameter.
+_COUNT_CHUNK = 1 << 24
 # Weight-loader names a model's load_weights falls back to when a parameter has no `weight_loader`.
 _FALLBACK_LOADERS = ("default_weight_loader",)
 
@@ -195,7 +198,9 @@ class LoadRecorder:
         written = None
         if self.real and p.dtype in _SENTINELS:
             int_dtype, bits = _SENTINELS[p.dtype]
-            written = int(p.numel() - (p.data.view(int_dtype) == bits).sum().item())
+            flat = p.data.view(int_dtype).reshape(-1)
+            still = sum(int(torch.count_nonzero(chunk == bits)) for chunk in flat.split(_COUNT_CHUNK))
+            written = p.numel() - still
         expected = self.expected_shards.get(name)
         shards_written = sorted({w["shard"] for w in ok if w["shard"] is not None}) if expected else None
         if written is not None:
