@@ -17,15 +17,16 @@ ifeq ($(RELEASES),all)
 endif
 
 # The marker is written only after the child's self-check passed in the fresh folder (the adapter fits,
-# a tiny draft loads: realload/common.py `self_check`); the venv is order-only (its torch is shared,
-# but re-running `make setup` must not reinstall every release).
+# a tiny draft loads: realload/common.py `self_check`), run as every check runs it: the release sees its
+# folder and the venv's torch, nothing else of the venv (realload/torchview.py). The venv is order-only
+# (its torch is shared, but re-running `make setup` must not reinstall every release).
 # The grep refuses pin lists that would bring torch, CUDA/nvidia wheels, sgl-kernel or triton.
 # --no-compile: most of transformers/sglang is never imported; the self-check compiles what is.
 $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.venv-complete
 	! grep -iqE '^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)' $<
 	rm -rf $(@D)
 	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
-	PYTHONPATH=$(@D) $(BIN)/python -m draftdoctor.realload.child --release $* \
+	$(BIN)/python -m draftdoctor.realload sglang $* $(@D) \
 		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
 	touch $@
 

@@ -21,7 +21,7 @@ $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-co
 	! grep -iqE '^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]' $<
 	rm -rf $(@D)
 	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
-	PYTHONPATH=$(@D) $(BIN)/python -m draftdoctor.realload.vllm_child --release $* \
+	$(BIN)/python -m draftdoctor.realload vllm $* $(@D) \
 		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
 	touch $@
 

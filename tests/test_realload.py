@@ -231,6 +231,40 @@ def test_adapter_fits_its_release(release):
     realload.self_check(release)
 
 
+@pytest.mark.parametrize("engine, release", [("sglang", "0.5.10"), ("vllm", "0.29.0")])
+def test_a_release_sees_its_folder_the_kit_and_torch_and_nothing_else_of_the_venv(engine, release):
+    """As a user's install: torch first, then the release's pins. The venv's other packages (the kit's
+    own dependencies, Jupyter's) are not the release's: vLLM 0.29 imported pandas, pyarrow and xxhash
+    from the venv because they were there."""
+    require_release(release, engine)
+    command, env = realload._child(engine, release, [])
+    python = command[:command.index("-m")]
+    probe = ("import importlib.util, json, sys; print(json.dumps({m: getattr(importlib.util.find_spec(m), 'origin', None) "
+             "for m in sys.argv[1:]}))")
+    names = [engine, "draftdoctor", "torch", "sympy", "mpmath", "papermill", "ipykernel", "pandas", "pyarrow"]
+    proc = subprocess.run([*python, "-c", probe, *names], env=env, capture_output=True, text=True, timeout=60)
+    found = json.loads(proc.stdout)
+    assert found[engine].startswith(str(realload.release_env(release, engine)))
+    assert found["draftdoctor"].startswith(str(Path(realload.__file__).parents[1]))
+    assert all(found[m] for m in ("torch", "sympy", "mpmath")), found  # torch's own requirements, from the venv
+    assert not any(found[m] for m in ("papermill", "ipykernel", "pandas", "pyarrow")), found
+
+
+def test_the_torch_view_is_torchs_requirement_closure_linked_from_the_venv(tmp_path):
+    import importlib.metadata
+
+    from draftdoctor.realload.torchview import closure, torch_view
+
+    names = {d.metadata["Name"].lower() for d in closure()}
+    assert {"torch", "sympy", "mpmath", "jinja2", "markupsafe", "filelock"} <= names  # mpmath, markupsafe: transitive
+    assert not names & {"optree", "opt-einsum", "pyyaml", "numpy", "pandas"}  # torch's extras, the venv's others
+    view = torch_view(tmp_path)
+    torch_dir = Path(importlib.metadata.distribution("torch").locate_file("torch"))
+    assert (view / "torch").is_symlink() and (view / "torch").resolve() == torch_dir.resolve()
+    assert any(p.name.startswith("torch-") and p.name.endswith(".dist-info") for p in view.iterdir())
+    assert torch_view(tmp_path) == view and [p.name for p in tmp_path.iterdir()] == [view.name]
+
+
 @pytest.mark.parametrize("engine, release, status", [("sglang", "0.5.10", 3), ("vllm", "0.32.0", 3), ("vllm", "0.9.1", 0)])
 def test_the_self_check_fails_a_modelled_release_whose_tiny_draft_raises(engine, release, status, capsys):
     """Every release a profile row covers loads the EAGLE-layout self-check draft (docs/releases/): one

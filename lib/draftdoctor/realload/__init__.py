@@ -174,12 +174,23 @@ def release_env(release, engine: str = "sglang"):
     return folder
 
 
-def _child_env(release, engine):
-    # the kit's own lib folder after the release's: the child runs this very draftdoctor, not whichever
-    # one the venv's editable install names (a git worktree, a second checkout)
-    path = os.pathsep.join([str(release_env(release, engine)), str(HERE.parents[1])])
-    return dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
+    """The command and environment of a child running `engine` `release` (installed in `folder`, default
+    its release folder): the release's folder, then the kit's own lib folder (the child runs this very
+    draftdoctor, not whichever one the venv's editable install names). A pinned release sees nothing
+    else of the venv but torch and torch's requirements (`python -S` and `torchview`); a build
+    (llama.cpp's converter) runs with the venv."""
+    loaders = LOADERS[engine]
+    path = [str(folder or release_env(release, engine)), str(HERE.parents[1])]
+    python = [sys.executable]
+    if loaders.pin_prefix is not None:
+        from .torchview import torch_view
+
+        python.append("-S")
+        path.append(str(torch_view(ROOT / "build" / "state")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    return [*python, "-m", loaders.child_module, "--release", release, *args], env
 
 
 def _broken(engine, release, tail) -> "RealLoaderCrashed":
@@ -189,8 +200,8 @@ def _broken(engine, release, tail) -> "RealLoaderCrashed":
 
 def _run_child(release, args, timeout, engine: str = "sglang"):
     """A fresh child process for one batch (the cold path)."""
-    command = [sys.executable, "-m", LOADERS[engine].child_module, "--release", release, *args]
-    proc = subprocess.Popen(command, env=_child_env(release, engine), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    command, env = _child(engine, release, args)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -260,14 +271,13 @@ def _start_worker(engine, release, timeout: float):
             sock.unlink()  # a worker that died left it behind
         _make_room(sock.parent)
         log.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", LOADERS[engine].child_module, "--release", release, "--serve", str(sock),
-                   "--idle-timeout", str(WORKER_IDLE_S)]
+        command, env = _child(engine, release, ["--serve", str(sock), "--idle-timeout", str(WORKER_IDLE_S)])
         # the worker's temporary files go to a folder of its own, removed with it: a killed worker leaves none
         scratch = sock.with_suffix(".tmp")
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(mode=0o700)
         with open(log, "ab") as err:
-            proc = subprocess.Popen(command, env=dict(_child_env(release, engine), TMPDIR=str(scratch)),
+            proc = subprocess.Popen(command, env=dict(env, TMPDIR=str(scratch)),
                                     stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         pid_file.write_text(str(proc.pid))
