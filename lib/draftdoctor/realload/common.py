@@ -166,6 +166,9 @@ def run(args, out, checks) -> int:
     """After set-up: one batch (`checks(paths, device, target_config)` -> reports, printed on `out`), or,
     with --serve, every request a client sends until the worker is idle for --idle-timeout seconds;
     with neither checkpoints nor --serve, the install's self-check (`self_check`)."""
+    # What set-up made (torch, the engine, its registry) lives as long as the process: out of the
+    # collector's sight, so the collection after each check (`batch`) walks only what that check made.
+    gc.freeze()
     if not args.serve:
         if not args.checkpoints:
             return self_check(out, checks)
