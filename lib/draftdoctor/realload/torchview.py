@@ -21,11 +21,12 @@ def closure(root: str = ROOT_DISTRIBUTION) -> list[importlib.metadata.Distributi
     """`root`'s distribution and everything it requires for this interpreter (extras left out), as
     installed where this process imports from; a requirement not installed is left to the child to miss."""
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     found, todo = {}, [root]
     while todo:
         name = todo.pop()
-        key = name.lower().replace("_", "-")
+        key = canonicalize_name(name)
         if key in found:
             continue
         try:
