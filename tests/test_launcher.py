@@ -56,10 +56,16 @@ def test_spec_flags_all_or_none():
     assert "--speculative-num-steps" not in args and "--speculative-algorithm" in args
 
 
-def _python(tmp_path, code):
+# a fake server's first lines: listen on the port it is given (a server is ready only once it holds its port)
+LISTEN = ("import socket, sys\n_listening = socket.socket()\n"
+          "_listening.bind(('127.0.0.1', int(sys.argv[1])))\n_listening.listen()\n")
+
+
+def _python(tmp_path, code, listen=True):
+    """A fake server: a function of the port giving its argv (the launcher's port 0 chooses one)."""
     script = tmp_path / "fake_server.py"
-    script.write_text(code)
-    return [sys.executable, str(script)]
+    script.write_text((LISTEN if listen else "") + code)
+    return lambda port: [sys.executable, str(script), str(port)]
 
 
 def _alive(pid):
@@ -80,13 +86,21 @@ print("child", child.pid, flush=True)
 print({READY_LINE!r}, flush=True)
 time.sleep(600)
 """)
-    server = Server(argv, tmp_path / "server.log", "127.0.0.1", free_port())
+    server = Server(argv, tmp_path / "server.log", "127.0.0.1", 0)
     with server:
         leader = server.process.pid
         time.sleep(0.2)
         child = int(next(l for l in (tmp_path / "server.log").read_text().splitlines() if l.startswith("child")).split()[1])
         assert _alive(leader) and _alive(child)
     assert not _alive(leader) and not _alive(child)
+
+
+def test_a_ready_line_without_the_port_is_not_ready(tmp_path):
+    """A process that says it is ready but does not listen on its port is not the server (hang, not ready)."""
+    argv = _python(tmp_path, f"import time\nprint({READY_LINE!r}, flush=True)\ntime.sleep(600)\n", listen=False)
+    with pytest.raises(ServerHung):
+        with Server(argv, tmp_path / "server.log", "127.0.0.1", 0, hang_timeout=1.5):
+            pass
 
 
 def test_sigterm_ignoring_server_is_killed(tmp_path):
@@ -96,7 +110,7 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print({READY_LINE!r}, flush=True)
 time.sleep(600)
 """)
-    server = Server(argv, tmp_path / "server.log", "127.0.0.1", free_port()).start()
+    server = Server(argv, tmp_path / "server.log", "127.0.0.1", 0).start()
     server.wait_ready()
     pid = server.process.pid
     started = time.monotonic()
@@ -107,14 +121,14 @@ time.sleep(600)
 def test_crash_at_start_up_reports_last_log_lines(tmp_path):
     argv = _python(tmp_path, "import sys\nprint('loading draft', flush=True)\nraise SystemExit('CUDA error: no device')\n")
     with pytest.raises(ServerCrashed) as e:
-        with Server(argv, tmp_path / "server.log", "127.0.0.1", free_port()):
+        with Server(argv, tmp_path / "server.log", "127.0.0.1", 0):
             pass
     assert "exited with status 1" in str(e.value) and "CUDA error: no device" in str(e.value)
 
 
 def test_hang_at_start_up_is_detected_and_stopped(tmp_path):
     argv = _python(tmp_path, "import time\nprint('Capture cuda graph begin', flush=True)\ntime.sleep(600)\n")
-    server = Server(argv, tmp_path / "server.log", "127.0.0.1", free_port(), hang_timeout=1.5)
+    server = Server(argv, tmp_path / "server.log", "127.0.0.1", 0, hang_timeout=1.5)
     with pytest.raises(ServerHung) as e:
         with server:
             pass

@@ -65,9 +65,9 @@ def test_the_real_converter_and_loader_agree_with_the_replay(built, tmp_path):
 
 def test_a_draft_launch_without_speculation_is_refused(built, tmp_path):
     """`-md` without `--spec-type draft-eagle3`: llama-server would load the draft and not speculate."""
-    from draftdoctor.serving.launcher import LaunchRefused, ServeConfig, free_port, serve
+    from draftdoctor.serving.launcher import LaunchRefused, ServeConfig, serve
 
-    config = ServeConfig(target=str(DEMO / "target"), draft=str(DEMO / "draft-speculators"), port=free_port(),
+    config = ServeConfig(target=str(DEMO / "target"), draft=str(DEMO / "draft-speculators"),
                          extra_args=["--spec-type", "none"])
     with pytest.raises(LaunchRefused, match="would load the draft and not speculate"):
         serve("llamacpp", config, tmp_path / "server.log")

@@ -17,7 +17,7 @@ import pytest
 
 from draftdoctor.serving.bench import bench_drafts, load_prompts
 from draftdoctor.serving.client import avg_spec_accept_length, generate, run_bench, server_info
-from draftdoctor.serving.launcher import ServeConfig, ServerCrashed, free_port, serve, server_command
+from draftdoctor.serving.launcher import ServeConfig, ServerCrashed, serve, server_command
 from draftdoctor.serving.logs import parse_sglang_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +33,7 @@ def fixed_draft(tmp_path_factory):
 
 
 def config(draft, **kw):
-    return ServeConfig(target=str(DEMO / "target"), draft=str(draft), num_steps=4, topk=1, num_draft_tokens=5,
-                       port=free_port(), **kw)
+    return ServeConfig(target=str(DEMO / "target"), draft=str(draft), num_steps=4, topk=1, num_draft_tokens=5, **kw)
 
 
 def children_of(pid):

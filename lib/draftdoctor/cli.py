@@ -270,13 +270,13 @@ class _UsageError(UserError):
 
 
 def _serve_config(args):
-    from .serving.launcher import ServeConfig, free_port
+    from .serving.launcher import ServeConfig
 
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
     return ServeConfig(target=args.target, draft=args.draft, algorithm=args.speculative_algorithm,
                        num_steps=args.num_steps, topk=args.topk,
                        num_draft_tokens=args.num_draft_tokens or args.num_steps + 1,
-                       host=args.host, port=args.port or free_port(args.host), tp_size=args.tp_size,
+                       host=args.host, port=args.port or 0, tp_size=args.tp_size,
                        dp_size=args.dp_size, nnodes=args.nnodes, node_rank=args.node_rank,
                        dist_init_addr=args.dist_init_addr, disable_cuda_graph=args.disable_cuda_graph,
                        extra_args=extra)

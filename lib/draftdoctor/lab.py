@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .serving.launcher import Server, ServerError, free_port
+from .serving.launcher import Server, ServerError
 
 HOST = "127.0.0.1"
 
@@ -29,13 +29,18 @@ class Lab(Server):
                  env: dict | None = None, ready_timeout: float = 120.0):
         self.root = Path(root).resolve()
         self.token = token or secrets.token_hex(24)
-        port = port or free_port(HOST)
-        argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={HOST}", f"--port={port}",
-                "--port-retries=0", f"--ServerApp.root_dir={self.root}", f"--IdentityProvider.token={self.token}",
-                "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-        if os.geteuid() == 0:  # containers run as root; Lab refuses that without the flag
-            argv.append("--allow-root")
-        super().__init__(argv, log_path, HOST, port, env=env, ready_timeout=ready_timeout, hang_timeout=ready_timeout)
+        root = self.root
+
+        def argv(port):
+            return [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={HOST}", f"--port={port}",
+                    "--port-retries=0", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={self.token}",
+                    "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    # containers run as root; Lab refuses that without the flag
+                    *(["--allow-root"] if os.geteuid() == 0 else [])]
+
+        # port 0: a free one, chosen again if another process takes it first (the launcher's Server)
+        super().__init__(argv, log_path, HOST, port or 0, env=env, ready_timeout=ready_timeout,
+                         hang_timeout=ready_timeout)
 
     def url(self, path: str = "") -> str:
         """The address of `path` (relative to root) in Lab, with the token."""

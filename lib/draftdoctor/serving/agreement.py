@@ -95,10 +95,9 @@ def vllm_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new_tok
                     log_path) -> Acceptance:
     """Real vLLM serving `draft_dir` as it is, its counters read around the run."""
     from . import vllm
-    from .launcher import ServeConfig, free_port, serve
+    from .launcher import ServeConfig, serve
 
-    config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1,
-                         port=free_port())
+    config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1)
     with serve("vllm", config, log_path) as server:
         result = vllm.run_bench(server.base_url, prompts, max_new_tokens=max_new_tokens, num_draft_tokens=num_steps + 1)
     return Acceptance(vllm.label(vllm.served_release()), result.accept_length, tuple(result.per_position or ()),
@@ -109,10 +108,9 @@ def llamacpp_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new
                         log_path) -> Acceptance:
     """Real llama.cpp serving `draft_dir` (converted by its own converter), its counters read around the run."""
     from . import llamacpp
-    from .launcher import ServeConfig, free_port, serve
+    from .launcher import ServeConfig, serve
 
-    config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1,
-                         port=free_port())
+    config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1)
     with serve("llamacpp", config, log_path) as server:
         result = llamacpp.run_bench(server.base_url, prompts, max_new_tokens=max_new_tokens,
                                     num_draft_tokens=num_steps + 1)

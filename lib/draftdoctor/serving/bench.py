@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
-from .launcher import REFERENCE_DEFAULT_ENGINE, ServeConfig, cause, free_port, serve, tail
+from .launcher import REFERENCE_DEFAULT_ENGINE, ServeConfig, cause, serve, tail
 from . import llamacpp, vllm
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
@@ -154,7 +154,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
         if backend == "vllm" and engine is not None:  # served on vLLM as `engine`'s loader leaves it
             draft = str(vllm.as_loaded_by(draft, engine, out_dir / f"served-{name}"))
         config = ServeConfig(target=target, draft=draft, num_steps=num_steps, topk=topk, num_draft_tokens=k,
-                             host=host, port=free_port(host), extra_args=list(extra_args or []))
+                             host=host, port=0, extra_args=list(extra_args or []))
         log_path = out_dir / f"server-{name}.log"
         if progress:
             progress(f"{name}: starting the {backend} server")
@@ -173,6 +173,11 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                                   else "failed requests") + f" while measured ({e}); its log {log_path} says: "
                                   f"{why[:300]}" + (f"; {len(runs)} earlier draft(s) kept in {out_dir}/results.json"
                                                     if runs else "")) from None
+            if not server.still_ours():  # it died, and whatever answered on its port is not what was measured
+                write_results(out_dir, runs)
+                raise BenchFailed(f"{name}: the {backend} server the kit started no longer holds port {server.port} "
+                                  f"(it exited or another process took the port): this draft's answers are "
+                                  f"discarded; its log: {log_path}")
         if backend in ("vllm", "llamacpp"):  # the engine's counters are its own figure
             runs.append(BenchRun(result, backend, log_path, result.accept_length, None, label))
             continue

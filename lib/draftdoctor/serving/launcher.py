@@ -5,15 +5,20 @@ only; not run here); `reference` runs draftdoctor's CPU reference server, which 
 `vllm` runs real vLLM's OpenAI server on the CPU (draftdoctor.serving.vllm); `llamacpp` runs llama.cpp's
 llama-server on GGUF conversions of the target and draft (draftdoctor.serving.llamacpp). The server runs in its
 own process group with its output in a log file. Readiness is the backend's health endpoint
-answering 200 (`/health_generate`, vLLM's `/health`) or its ready log line; a process that exits is a crash, a log that stops
-growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in CUDA-graph
-capture); both errors carry the last log lines. `stop()` sends SIGTERM to the whole group, then
-SIGKILL.
+answering 200 (`/health_generate`, vLLM's `/health`) or its ready log line, *and* the kernel saying
+that every socket listening on the port belongs to the server's process group (`listeners`): a port
+chosen here can be taken by another process before the server binds it, which would then answer in
+its place. Port 0 means "choose one": a chosen port found taken is given up for another (up to
+PORT_ATTEMPTS times); a port the user gave is refused by name. A process that exits is a crash, a log
+that stops growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in
+CUDA-graph capture); both errors carry the last log lines. `stop()` sends SIGTERM to the whole group,
+then SIGKILL.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import listeners
 from ..engines import all_serving, resolve_engine, serving_facts
 from ..errors import UserError
 
@@ -50,7 +56,7 @@ class ServerHung(ServerError):
 
 
 class PortBusy(ServerError):
-    pass
+    """The port is held by a process that is not the server the kit started."""
 
 
 class LaunchRefused(ServerError):
@@ -68,7 +74,7 @@ class ServeConfig:
     topk: int | None = 1
     num_draft_tokens: int | None = 5
     host: str = "127.0.0.1"
-    port: int = 30000
+    port: int = 0  # 0: a free port, chosen at launch (and chosen again if another process takes it first)
     tp_size: int | None = None
     dp_size: int | None = None
     nnodes: int | None = None
@@ -78,10 +84,6 @@ class ServeConfig:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     extra_args: list[str] = field(default_factory=list)  # passed through unchanged
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
 
 def cuda_graph_flags(release: str | None) -> tuple[tuple[str, ...], str]:
@@ -175,47 +177,102 @@ def cause(lines: list[str]) -> str:
     return next((line for line in reversed(text) if any(w in line for w in _ERROR_WORDS)), text[-1] if text else "")
 
 
-class Server:
-    """A running server process group; use as a context manager to guarantee it is stopped."""
+PORT_ATTEMPTS = 5  # chosen ports found taken before the server is ready, before giving up
+# how servers say their port was taken (Python's errno 98, uvicorn, llama-server, Go/Node-style)
+_PORT_TAKEN_WORDS = re.compile(r"address already in use|EADDRINUSE|errno 98|couldn't bind|could not bind|"
+                               r"failed to bind|cannot bind", re.IGNORECASE)
 
-    def __init__(self, argv: list[str], log_path, host: str, port: int, env: dict | None = None,
+
+class Server:
+    """A running server process group; use as a context manager to guarantee it is stopped.
+
+    `argv` is the command, or a function of the port that gives it; with a function, port 0 means a
+    free port chosen at start (and another one when a process takes it before the server binds it).
+    """
+
+    def __init__(self, argv, log_path, host: str, port: int, env: dict | None = None,
                  ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2,
                  health_path: str = "/health_generate", ready_line: str = READY_LINE):
-        self.argv, self.log_path = argv, Path(log_path)
+        if port == 0 and not callable(argv):
+            raise ValueError("port 0 (choose one) needs argv as a function of the port")
+        self.command, self.log_path = argv, Path(log_path)
         self.health_path, self.ready_line = health_path, ready_line
         self.host, self.port, self.env = host, port, env
+        self.chosen_port = port == 0  # the kit chose the port: a taken one is given up for another
         self.ready_timeout, self.hang_timeout, self.poll = ready_timeout, hang_timeout, poll
         self.process: subprocess.Popen | None = None
         self.log_offset = 0  # the log is appended to: this start's output begins here
+        self.attempts = 0
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def argv(self) -> list[str]:
+        return self.command(self.port) if callable(self.command) else self.command
+
     def start(self) -> "Server":
-        if not port_is_free(self.host, self.port):
+        self.attempts += 1
+        if self.chosen_port:
+            self.port = free_port(self.host)
+        elif not port_is_free(self.host, self.port):
             raise PortBusy(f"port {self.port} on {self.host} is already in use; pick another with --port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.log_offset = log.tell()
         try:
+            # PYTHONSAFEPATH: a Python server started in a model's folder never imports a file from it
+            env = dict(self.env if self.env is not None else os.environ, PYTHONSAFEPATH="1")
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=self.env, preexec_fn=_die_with_parent)
+                                            start_new_session=True, env=env, preexec_fn=_die_with_parent)
         finally:
             log.close()
         return self
 
+    def holder(self) -> str:
+        """Who listens on the server's port (listeners.port_holder): OURS when only this server does."""
+        return listeners.port_holder(self.port, self.process.pid) if self.process else listeners.NONE
+
+    def still_ours(self) -> bool:
+        """Whether the server is alive and alone on its port: checked after a measurement, so that
+        answers from a process that took the port of a server that died are never reported."""
+        return self.process is not None and self.process.poll() is None and self.holder() in (listeners.OURS,
+                                                                                                 listeners.UNKNOWN)
+
+    def _port_taken(self, message: str) -> None:
+        """The port was taken by another process: start again on another chosen port, or refuse."""
+        lines = tail(self.log_path, offset=self.log_offset)
+        self.stop()
+        if self.chosen_port and self.attempts < PORT_ATTEMPTS:
+            self.start()
+            return
+        advice = (f"{self.attempts} chosen ports were each taken by another process first; give one with --port"
+                  if self.chosen_port else "pick another with --port")
+        raise PortBusy(f"port {self.port} on {self.host} {message}; {advice}", lines)
+
     def wait_ready(self) -> float:
-        """Block until ready; return seconds taken. Raises ServerCrashed / ServerHung / ServerError."""
+        """Block until ready; return seconds taken. Raises ServerCrashed / ServerHung / PortBusy / ServerError."""
         start = last_growth = time.monotonic()
         size = -1
         while True:
             code = self.process.poll()
             if code is not None:
                 lines = tail(self.log_path, 200, offset=self.log_offset)
+                if self.holder() == listeners.FOREIGN or _PORT_TAKEN_WORDS.search("\n".join(lines[-20:])):
+                    self._port_taken("was taken by another process before the server bound it")
+                    start = last_growth = time.monotonic()
+                    continue
                 raise ServerCrashed(f"server exited with status {code} before it was ready: {cause(lines)[:300]} "
                                     f"(log: {self.log_path})", lines[-20:])
-            if self._healthy() or self.ready_line in "\n".join(tail(self.log_path, 50, self.log_offset)):
+            # whoever holds the port is asked nothing until the kernel says it is this server
+            holder = self.holder()
+            if holder == listeners.FOREIGN:
+                self._port_taken("is held by another process, not the server the kit started")
+                start = last_growth = time.monotonic()
+                continue
+            if holder in (listeners.OURS, listeners.UNKNOWN) and (
+                    self.ready_line in "\n".join(tail(self.log_path, 50, self.log_offset)) or self._healthy()):
                 return time.monotonic() - start
             now = time.monotonic()
             current = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -307,11 +364,15 @@ def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, *
     if backend == "llamacpp":
         from . import llamacpp
 
-        argv = llamacpp.server_command(config, llamacpp.convert(config.draft, config.target) if config.draft else None,
-                                       llamacpp.convert(config.target))
+        ggufs = (llamacpp.convert(config.draft, config.target) if config.draft else None, llamacpp.convert(config.target))
+
+        def argv(port):
+            return llamacpp.server_command(replace(config, port=port), *ggufs)
+
         server_kwargs = {"health_path": llamacpp.HEALTH_PATH, "ready_line": llamacpp.READY_LINE, **server_kwargs}
     else:
-        argv = server_command(backend, config, engine, loader)
+        def argv(port):
+            return server_command(backend, replace(config, port=port), engine, loader)
     server = Server(argv, log_path, config.host, config.port, **server_kwargs)
     try:
         server.start().wait_ready()
