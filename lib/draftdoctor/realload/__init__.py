@@ -60,13 +60,14 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import EXIT_ENVIRONMENT, read_line
+from .common import EXIT_ENVIRONMENT, peer_uid, read_line
 
 SCHEMA_VERSION = 1
 HERE = Path(__file__).resolve().parent
@@ -174,6 +175,15 @@ def release_env(release, engine: str = "sglang"):
     return folder
 
 
+# Every child that reads model folders with third-party code: no hub, and nothing imported from the
+# folder it was started in (PYTHONSAFEPATH: `python -m` would put it first on sys.path, so a draft folder
+# holding `json.py` would run it); Hugging Face's modules cache (where transformers copies a folder's
+# own code before running it, which `nocode` refuses) kept under the kit's state, not the home directory.
+CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "VLLM_NO_USAGE_STATS": "1",
+             "DO_NOT_TRACK": "1", "PYTHONSAFEPATH": "1",
+             "HF_MODULES_CACHE": str(ROOT / "build" / "state" / "hf-modules")}
+
+
 def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
     """The command and environment of a child running `engine` `release` (installed in `folder`, default
     its release folder): the release's folder, then the kit's own lib folder (the child runs this very
@@ -188,8 +198,7 @@ def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
 
         python.append("-S")
         path.append(str(torch_view(ROOT / "build" / "state")))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **CHILD_ENV)
     return [*python, "-m", loaders.child_module, "--release", release, *args], env
 
 
@@ -222,19 +231,47 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
 
 # --- warm workers: one per engine release, reused across calls and processes ---------------------
 
-def _worker_paths(engine, release) -> tuple[Path, Path, Path]:
-    """(socket, pid file, log) of the worker for `release` installed where it is now: a worker of
-    another install (DRAFTDOCTOR_*_DIR), another checkout's kit or an edited child is another worker."""
+class WorkerPlaceUnsafe(RealLoaderError):
+    """A worker's folder or socket that another user could have made or could write in: no worker is
+    used there (the check runs cold)."""
+
+
+def _worker_folder(engine, release, state: Path) -> tuple[Path, str]:
+    """(folder, file stem) of the worker for `release` installed where it is now: a worker of another
+    install (DRAFTDOCTOR_*_DIR), another checkout's kit or an edited child is another worker. The
+    folder is `state`, or, when the socket's path would pass a Unix socket's 107 bytes, a folder in
+    /tmp named by the state folder (a predictable name: `_private` refuses it when it is not ours)."""
     code = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in HERE.glob("*.py"))
     tag = hashlib.sha1(f"{release_env(release, engine)}|{HERE}|{code}".encode()).hexdigest()[:10]
-    state = worker_state()
-    folder = state
-    sock = folder / f"{engine}-{release}-{tag}.sock"
-    if len(str(sock)) > 100:  # a Unix socket path has at most 107 bytes
-        folder = Path("/tmp") / f"draftdoctor-{os.getuid()}-{hashlib.sha1(str(state).encode()).hexdigest()[:8]}"
-        sock = folder / f"{engine}-{release}-{tag}.sock"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stem = f"{engine}-{release}-{tag}"
+    if len(str(state / f"{stem}.sock")) > 100:
+        return Path("/tmp") / f"draftdoctor-{os.getuid()}-{hashlib.sha1(str(state).encode()).hexdigest()[:8]}", stem
+    return state, stem
+
+
+def _private(folder: Path) -> Path:
+    """`folder`, made if missing, once it is a real folder (not a link) of this user that no one else
+    can enter: another local user who made it first, or a link planted there, could read or forge a
+    worker's answers, so such a folder is refused (WorkerPlaceUnsafe). One of ours with looser
+    permissions is tightened to 0700."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = os.lstat(folder)
+    except OSError as e:
+        raise WorkerPlaceUnsafe(f"{folder}: cannot be the real-loader workers' folder ({e.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise WorkerPlaceUnsafe(f"{folder}: not a folder of this user (a link, or another user's): "
+                                "no real-loader worker is started there")
+    if info.st_mode & 0o077:
+        os.chmod(folder, 0o700)
+    return folder
+
+
+def _worker_paths(engine, release) -> tuple[Path, Path, Path]:
+    """(socket, pid file, log) of the worker for `release`, in folders `_private` accepted."""
+    state = _private(worker_state())
+    folder, stem = _worker_folder(engine, release, state)
+    sock = _private(folder) / f"{stem}.sock"
     return sock, sock.with_suffix(".pid"), state / f"{engine}-{release}.log"
 
 
@@ -244,7 +281,28 @@ def worker_state() -> Path:
     return Path(os.environ.get("DRAFTDOCTOR_REALLOAD_STATE") or ROOT / "build" / "state" / "realload")
 
 
+def _open_private(path: Path, flags: int) -> int:
+    """A file descriptor on `path`, never through a link (O_NOFOLLOW), created owner-only."""
+    return os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _clear(path: Path) -> None:
+    """Remove whatever sits at one of a worker's own paths (a socket or file left by a dead worker, or a
+    folder or link put there): in a folder `_private` accepted, it is the kit's."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 def _connect(sock: Path, timeout: float):
+    """A connection to the worker on `sock`, or None when nothing answers there; the process answering
+    must run as this user (SO_PEERCRED), else WorkerPlaceUnsafe: its answers would not be a worker's."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:
@@ -252,6 +310,10 @@ def _connect(sock: Path, timeout: float):
     except OSError:
         conn.close()
         return None
+    uid = peer_uid(conn)
+    if uid != os.getuid():
+        conn.close()
+        raise WorkerPlaceUnsafe(f"{sock}: answered by another user's process (uid {uid}), not a worker of this user's")
     return conn
 
 
@@ -262,25 +324,30 @@ def _start_worker(engine, release, timeout: float):
     conn = _connect(sock, timeout)
     if conn is not None:
         return conn
-    with open(sock.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = sock.with_suffix(".lock")
+    if os.path.lexists(lock) and not stat.S_ISREG(os.lstat(lock).st_mode):
+        _clear(lock)
+    with os.fdopen(_open_private(lock, os.O_RDWR), "r+b") as locked:
+        fcntl.flock(locked, fcntl.LOCK_EX)
         conn = _connect(sock, timeout)
         if conn is not None:
             return conn
-        with contextlib.suppress(FileNotFoundError):
-            sock.unlink()  # a worker that died left it behind
+        _clear(sock)  # a worker that died left it behind
         _make_room(sock.parent)
-        log.parent.mkdir(parents=True, exist_ok=True)
         command, env = _child(engine, release, ["--serve", str(sock), "--idle-timeout", str(WORKER_IDLE_S)])
         # the worker's temporary files go to a folder of its own, removed with it: a killed worker leaves none
         scratch = sock.with_suffix(".tmp")
-        shutil.rmtree(scratch, ignore_errors=True)
+        _clear(scratch)
         scratch.mkdir(mode=0o700)
-        with open(log, "ab") as err:
+        _clear(pid_file)
+        if os.path.lexists(log) and not stat.S_ISREG(os.lstat(log).st_mode):
+            _clear(log)
+        with os.fdopen(_open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as err:
             proc = subprocess.Popen(command, env=dict(env, TMPDIR=str(scratch)),
                                     stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        pid_file.write_text(str(proc.pid))
+        with os.fdopen(_open_private(pid_file, os.O_WRONLY | os.O_TRUNC), "w") as written:
+            written.write(str(proc.pid))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -339,12 +406,10 @@ def _kill(pid_file: Path) -> None:
         pid = int(pid_file.read_text())
         if str(sock).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
             os.killpg(pid, signal.SIGKILL)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+    except (OSError, ValueError):  # gone, not a number, a folder where the file was
         pass
-    for path in (sock, pid_file):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-    shutil.rmtree(sock.with_suffix(".tmp"), ignore_errors=True)
+    for path in (sock, pid_file, sock.with_suffix(".tmp")):
+        _clear(path)
 
 
 def stop_worker(engine: str, release: str) -> None:
@@ -355,9 +420,11 @@ def stop_worker(engine: str, release: str) -> None:
 def stop_workers() -> None:
     """Stop every warm worker of this checkout's worker state (`worker_state()`; e.g. at the end of a
     test session, which has its own)."""
-    for folder in {_worker_paths(e, r)[0].parent for e in LOADERS for r in installed_releases(e)}:
-        for pid_file in folder.glob("*.pid"):
-            _kill(pid_file)
+    state = worker_state()
+    for folder in {_worker_folder(e, r, state)[0] for e in LOADERS for r in installed_releases(e)}:
+        with contextlib.suppress(WorkerPlaceUnsafe):
+            for pid_file in _private(folder).glob("*.pid"):
+                _kill(pid_file)
 
 
 def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
@@ -379,7 +446,11 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
     paths = [str(f.resolve()) for f in folders]
     target = str(Path(target_config).resolve()) if target_config else None
     if os.environ.get(WORKER_SWITCH, "1") != "0":
-        return _worker_call(release, {"checkpoints": paths, "device": device, "target_config": target}, timeout, engine)
+        try:
+            return _worker_call(release, {"checkpoints": paths, "device": device, "target_config": target}, timeout,
+                                engine)
+        except WorkerPlaceUnsafe:
+            pass  # no worker where another user could answer for it: this check runs cold
     return _run_child(release, ["--device", device, *(["--target-config", target] if target else []), *paths],
                       timeout, engine)
 

@@ -23,10 +23,10 @@ import time
 import traceback
 from pathlib import Path
 
-from . import SCHEMA_VERSION, stubs
+from . import SCHEMA_VERSION, nocode, stubs
 from .adapters import AdapterMismatch, get as get_adapter
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
-                     free_port, fused_shards, report_stream, run)
+                     process_group_init, fused_shards, report_stream, run)
 from .recorder import LoadRecorder
 
 
@@ -56,7 +56,7 @@ def set_up(adapter, scratch):
     server_args = ServerArgs(model_path=str(scratch), device="cpu", **adapter.server_args_extra)
     adapter.publish_server_args(server_args)
     init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
-                                 distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+                                 distributed_init_method=process_group_init())
     initialize_model_parallel()
     adapter.apply_cpu_flags()
     return server_args
@@ -173,6 +173,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.child", description=__doc__.split("\n")[0])
     add_child_arguments(parser)
     args = parser.parse_args(argv)
+    nocode.install()  # no code from a checkpoint or target folder runs here
 
     out = report_stream()  # SGLang and its dependencies print to stdout
     with tempfile.TemporaryDirectory(prefix="draftdoctor-realload-") as scratch:

@@ -1,6 +1,6 @@
 """What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) do the same way: take the
 same arguments; record the engine's logged warnings, its errors with their origin and the stages'
-times; find a free port for the gloo process group; answer one batch on stdout, or serve batches as a
+times; set up the gloo process group on a file store and loopback; answer one batch on stdout, or serve batches as a
 warm worker on a Unix socket (`serve`)."""
 
 import contextlib
@@ -32,10 +32,16 @@ class Captured(logging.Handler):
                              "message": record.getMessage()})
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def process_group_init() -> str:
+    """The init method for the child's world-size-1 gloo group: a file store in a folder of its own
+    (removed when the child exits), not a TCP store, whose server listens on every network interface
+    for as long as the process lives (and on a port chosen before it is bound); gloo itself is told to
+    use the loopback interface. Nothing a child starts listens beyond loopback
+    (tests/test_realload_worker.py)."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    folder = tempfile.mkdtemp(prefix="draftdoctor-gloo-")
+    on_exit(lambda: shutil.rmtree(folder, ignore_errors=True))
+    return f"file://{folder}/store"
 
 
 def error(stage, exc, key=None):
@@ -209,6 +215,7 @@ def serve(socket_path: str, idle_timeout: float, handle) -> int:
     gets no answer."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(socket_path)
+    os.chmod(socket_path, 0o600)  # its folder is the user's alone already (realload._private)
     server.listen(16)  # concurrent clients queue here and are answered in turn
     server.settimeout(idle_timeout)
     try:
@@ -218,6 +225,8 @@ def serve(socket_path: str, idle_timeout: float, handle) -> int:
             except socket.timeout:
                 return 0
             with conn:
+                if peer_uid(conn) != os.getuid():  # only its own user's checks: it reads any path it is sent
+                    continue
                 conn.settimeout(None)
                 try:
                     answer = {"reports": handle(json.loads(read_line(conn)))}
@@ -233,6 +242,13 @@ def serve(socket_path: str, idle_timeout: float, handle) -> int:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         shutil.rmtree(Path(socket_path).with_suffix(".tmp"), ignore_errors=True)  # its TMPDIR (realload)
+
+
+def peer_uid(conn) -> int:
+    """The user id of the process at the other end of a Unix socket (the kernel's word, SO_PEERCRED)."""
+    import struct
+
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
 
 
 def read_line(conn) -> bytes:

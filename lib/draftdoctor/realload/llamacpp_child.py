@@ -18,12 +18,13 @@ import logging
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from . import SCHEMA_VERSION
-from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, error, exit_now, free_port, report_stream, run
+from . import SCHEMA_VERSION, nocode
+from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, error, exit_now, report_stream, run
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMACPP = ROOT / "build" / "llamacpp"
@@ -32,6 +33,7 @@ SERVER = LLAMACPP / "build" / "bin" / "llama-server"
 OPTIONAL = ("token_embd.weight", "output.weight", "d2t")  # eagle3.cpp: from the target, or no vocabulary map
 LOADER = "llama.cpp src/llama-model-loader.cpp"
 LOAD_ERROR = re.compile(r"error loading model: (.*)")
+LOADER_RAN = "load_model: loading model"  # llama-server's words as it hands the file to its loader (past binding)
 
 
 def set_up():
@@ -169,13 +171,22 @@ def convert(draft: Path, target: Path, out: Path) -> tuple[Recorder, dict | None
 
 def load(gguf: Path, timeout: float = 120.0) -> dict | None:
     """llama.cpp's model loader on the draft's GGUF (llama-server -m): its refusal, or None. A draft
-    loaded alone fails later, on using it without a target: only the model load is asked."""
-    proc = subprocess.run([str(SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(free_port()), "-t", "1",
-                           "-c", "64", "--no-webui"], capture_output=True, text=True, timeout=timeout)
-    found = LOAD_ERROR.search(proc.stdout + proc.stderr)
+    loaded alone fails later, on using it without a target: only the model load is asked. The server
+    listens on a Unix socket beside the GGUF (no TCP port another process could take first, which
+    would stop it before its loader ran), and only a loader that ran counts as an answer."""
+    # a Unix socket path has at most 107 bytes: beside the GGUF (the batch's scratch), else a private folder in /tmp
+    near = len(str(gguf.parent)) <= 80  # + "/s-XXXXXXXX/load.sock"
+    with tempfile.TemporaryDirectory(prefix="s-" if near else "draftdoctor-sock-", dir=gguf.parent if near else "/tmp") as folder:
+        proc = subprocess.run([str(SERVER), "-m", str(gguf), "--host", str(Path(folder) / "load.sock"), "-t", "1",
+                               "-c", "64", "--no-webui"], capture_output=True, text=True, timeout=timeout)
+    said = proc.stdout + proc.stderr
+    found = LOAD_ERROR.search(said)
     if found:
         return {"stage": "load", "type": "llama_model_load", "message": found.group(1).strip(), "key": None,
                 "origin": LOADER, "traceback": ""}
+    if LOADER_RAN not in said:
+        raise RuntimeError(f"llama-server stopped before its model loader read {gguf.name} (exit status "
+                           f"{proc.returncode}): {said.strip().splitlines()[-1:] or ''}")
     return None
 
 
@@ -255,6 +266,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.llamacpp_child", description=__doc__.split("\n")[0])
     add_child_arguments(parser)
     args = parser.parse_args(argv)
+    nocode.install(trust=[VENDOR])  # no code from a checkpoint or target folder runs here
     out = report_stream()  # the converter logs and prints
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()

@@ -39,9 +39,9 @@ import traceback
 from pathlib import Path
 
 from ..toolstate import keep_out_of_home
-from . import SCHEMA_VERSION
+from . import SCHEMA_VERSION, nocode
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
-                     free_port, fused_shards, on_exit, report_stream, run)
+                     process_group_init, fused_shards, on_exit, report_stream, run)
 from .recorder import LoadRecorder
 
 STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
@@ -273,7 +273,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
         with set_current_vllm_config(vllm_config):
             if not _DISTRIBUTED["ready"]:
                 init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                             distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+                                             distributed_init_method=process_group_init())
                 initialize_model_parallel(1, 1)
                 _DISTRIBUTED["ready"] = True
             load_config = draft_load_config(vllm_config)
@@ -316,6 +316,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.vllm_child", description=__doc__.split("\n")[0])
     add_child_arguments(parser)
     args = parser.parse_args(argv)
+    nocode.install()  # no code from a checkpoint or target folder runs here
 
     out = report_stream()  # vLLM prints to stdout
     started = time.perf_counter()

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..realload import CHILD_ENV
 from .client import BenchResult, RequestResult
 from .engine_http import counters_delta, get_text, post_json, spec_counters
 
@@ -88,10 +89,12 @@ def convert(model_dir, target_dir=None, timeout: float = 600.0) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(f".partial-{os.getpid()}")
-    command = [sys.executable, str(CONVERTER), str(model_dir), "--outtype", "f32", "--outfile", str(partial)]
+    # under the guard that keeps a folder's own code from running (the converter trusts remote code)
+    command = [sys.executable, "-m", "draftdoctor.realload.nocode", str(CONVERTER), str(model_dir), "--outtype", "f32",
+               "--outfile", str(partial)]
     if target_dir:
         command += ["--target-model-dir", str(target_dir)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, **CHILD_ENV)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         partial.unlink(missing_ok=True)
