@@ -5,6 +5,9 @@ them) goes to build/state, never the home directory, also when pytest is run wit
 """
 
 import os
+import secrets
+import time
+from pathlib import Path
 
 from draftdoctor.toolstate import keep_out_of_home
 
@@ -49,15 +52,51 @@ def releases_under_test(engine: str = "sglang") -> list[str]:
     return sorted(set(LOADERS[engine].ci_releases) | set(extra), key=parse_version)
 
 
+# Every process a test starts carries this (and, under pytest-xdist, its worker's id): what is still
+# running at the end of the session is found by it, wherever it was reparented.
+SESSION = os.environ.setdefault("DRAFTDOCTOR_TEST_SESSION", secrets.token_hex(8))
+
+
+def session_processes() -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes this test process's session started (not zombies)."""
+    wanted = {f"DRAFTDOCTOR_TEST_SESSION={SESSION}".encode()}
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        wanted.add(f"PYTEST_XDIST_WORKER={os.environ['PYTEST_XDIST_WORKER']}".encode())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if not wanted <= set((entry / "environ").read_bytes().split(b"\0")):
+                continue
+            stat = (entry / "stat").read_text()
+            if stat[stat.rfind(")") + 2] == "Z":
+                continue
+            found.append((int(entry.name), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_real_loader_workers(tmp_path_factory):
     """The session's warm real-loader workers live apart from anyone else's (the CLI processes the
-    tests start inherit the place) and end with the session (none outlives `make test`)."""
+    tests start inherit the place) and end with the session (none outlives `make test`). Then the
+    session proves it left nothing running: no process it started (servers, workers, kernels,
+    browsers, whatever they started in turn) and no socket of its own listening beyond loopback."""
     os.environ["DRAFTDOCTOR_REALLOAD_STATE"] = str(tmp_path_factory.mktemp("realload"))
     yield
+    from draftdoctor import listeners
     from draftdoctor.realload import stop_workers
 
     stop_workers()
+    deadline = time.monotonic() + 15  # what was just stopped may take a moment to go
+    while session_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = session_processes()
+    wide = [l for l in listeners.tcp_listeners() if l.inode in listeners.socket_inodes([os.getpid()]) and not l.loopback]
+    assert not left and not wide, (f"the test session left processes running: {left}" if left else
+                                   f"the test process listens beyond loopback: {wide}")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

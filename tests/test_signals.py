@@ -56,8 +56,8 @@ def test_a_signal_to_serve_stops_its_server(tmp_path, signum):
 
 def test_a_server_dies_with_the_process_that_started_it(tmp_path):
     """Even SIGKILL to its owner (a notebook kernel shut down hard, an OOM kill) ends the server."""
-    script = (f"import sys; from draftdoctor.serving.launcher import ServeConfig, free_port, serve\n"
-              f"config = ServeConfig({str(DEMO / 'target')!r}, {str(DEMO / 'draft-story')!r}, port=free_port())\n"
+    script = (f"import sys; from draftdoctor.serving.launcher import ServeConfig, serve\n"
+              f"config = ServeConfig({str(DEMO / 'target')!r}, {str(DEMO / 'draft-story')!r})\n"
               f"server = serve('reference', config, {str(tmp_path / 's.log')!r})\n"
               f"print(server.port, flush=True)\n"
               f"import time; time.sleep(600)\n")
@@ -72,3 +72,22 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path):
         assert gone(marker)
     finally:
         owner.kill()
+
+
+def test_the_session_sees_what_its_tests_leave_running():
+    """The end-of-session check (conftest): a process a test starts is found by the session's marker,
+    also once reparented (its parent gone), and not once it has ended."""
+    from conftest import session_processes
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess; p = subprocess.Popen(['sleep', '60']); "
+                               "print(p.pid, flush=True)"], stdout=subprocess.PIPE, text=True)
+    orphan = int(parent.stdout.readline())
+    parent.wait()
+    try:
+        assert orphan in [pid for pid, _ in session_processes()]
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while orphan in [pid for pid, _ in session_processes()] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert orphan not in [pid for pid, _ in session_processes()]
