@@ -75,3 +75,41 @@ def test_a_draft_that_does_not_fit_the_target_stops_before_any_notebook(tmp_path
     assert "nothing was launched" in proc.stdout
     assert not list((tmp_path / "out").glob("*.ipynb"))
     assert "target-mismatch" in (tmp_path / "out" / "report.md").read_text()
+
+
+def _investigate_cli(tmp_path, checkpoint):
+    import subprocess
+    import sys
+
+    demo = ROOT / "data" / "demo"
+    (tmp_path / "p.yaml").write_text(
+        f"checkpoint: {checkpoint}\ntarget: {demo / 'target'}\nprompts: {demo / 'prompts.jsonl'}\nengine: sglang\n"
+        "release: '0.5.10'\nloader: replay\nbackend: reference\nnum_prompts: 5\nmax_new_tokens: 24\nnum_steps: 4\n")
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "investigate", "--params", str(tmp_path / "p.yaml"),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    return proc, json.loads((tmp_path / "run" / "report.json").read_text())
+
+
+def test_a_draft_that_does_not_start_before_the_fix_is_recorded_and_the_fix_measured(tmp_path):
+    """speculators' raw output on SGLang 0.5.10: its config cannot be read, so "before" does not start;
+    the investigation goes on, and its status follows the "after" result."""
+    proc, report = _investigate_cli(tmp_path, ROOT / "data" / "demo" / "draft-speculators")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["before"]["failure"] and "Unrecognized model" in report["before"]["failure"]
+    assert report["before"]["accept_length"] is None and report["after"]["accept_length"] >= 2.0
+    assert "before the fix: does not start: sglang==0.5.10 would not start with this draft" in proc.stdout
+    assert "after the fix: accept length" in proc.stdout and "the draft works" in proc.stdout
+
+
+def test_a_refused_fix_leaves_the_measured_draft_explained(tmp_path):
+    """A converter-reinitialised decoder layer: the names load, so "before" is measured; `fix` refuses
+    (no rewrite brings trained values back), so there is no "after"; exit 1 with the reason."""
+    from draftdoctor.synth import sloppy_convert
+
+    draft = sloppy_convert(ROOT / "data" / "demo" / "draft-story", tmp_path / "converted", {"layers.0.": "midlayer."})
+    proc, report = _investigate_cli(tmp_path, draft)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert report["after"] is None and "weights-at-init" in report["fix"]["refused_codes"]
+    assert "the draft runs but predicts little" in report["before"]["explanation"]
+    assert "the fix was refused (weights-at-init" in proc.stdout
+    assert "## Verdict" in (tmp_path / "run" / "report.md").read_text()

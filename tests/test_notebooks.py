@@ -64,7 +64,9 @@ def test_investigate_the_demo_end_to_end(tmp_path, capfd):
     assert report["before"]["accept_length"] <= 1.05 and report["after"]["accept_length"] >= 2.0
     assert report["before"]["backend"] == "reference" and report["fix"]["ok"]
     md = (out / "report.md").read_text()
-    assert re.search(r"Accept length 1\.0[0-5] before the fix", md) and "acceptance.png" in md
+    assert re.search(r"before the fix: accept length 1\.0[0-5] \(strict rate 0\.0\d\): no draft token", md)
+    assert re.search(r"after the fix: accept length [23]\.\d\d \(strict rate 0\.\d\d\): the draft works", md)
+    assert "acceptance.png" in md
     for name in ("acceptance.png", "per_position.png", "throughput.png", "coverage.png"):
         assert (out / name).stat().st_size > 1000
     executed = nbformat.read(out / "05-relaunch-and-chart.ipynb", as_version=4)

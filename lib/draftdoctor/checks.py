@@ -2,11 +2,10 @@
 
 Field notes §2–§5 list them: aux-layer ids the engine does not read or reads in another convention,
 training options the engine cannot compute, a vocabulary map that is missing or wrong, a missing
-head, a draft that does not fit its target, NaN weights. Each gives the same symptom as a naming
+head, a draft that does not fit its target (values: draftdoctor.values). Each gives the same symptom as a naming
 mismatch (low or zero acceptance, no error), so each is a finding with a stable code.
 
-Only headers are read, except the two small vocabulary-map tensors and a few sampled bytes of each
-weight (never whole files).
+Only headers are read, except the two small vocabulary-map tensors (never whole files).
 """
 
 from __future__ import annotations
@@ -24,8 +23,6 @@ from .engines import Profile
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
                 "fc_norm": "fc-norm-unsupported"}
-SAMPLE_BYTES = 4096  # per window; three windows (start, middle, end) per tensor
-FLOAT_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "F64": np.float64}
 
 
 def read_target_config(path) -> dict:
@@ -53,7 +50,6 @@ def draft_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims, targ
         found.append(F.finding("not-checked", "no --target: not checked whether the draft fits the target (hidden "
                                               "size, vocabulary) nor whether its aux layer ids are layers the "
                                               "engine can capture"))
-    found += weight_sample_checks(checkpoint)
     return found
 
 
@@ -231,41 +227,6 @@ def target_checks(checkpoint: Checkpoint, dims: DraftDims, target: dict) -> list
     if draft_ctx and target_ctx and draft_ctx < target_ctx:
         out.append(f"draft max_position_embeddings {draft_ctx} is below the target's context length {target_ctx}")
     return [F.finding("target-mismatch", m) for m in out]
-
-
-def _sample(t: TensorInfo) -> np.ndarray | None:
-    """Up to three windows of a float tensor's values (start, middle, end), as float32."""
-    if t.dtype not in FLOAT_DTYPES or t.nbytes == 0:
-        return None
-    item = 2 if t.dtype in ("F16", "BF16") else np.dtype(FLOAT_DTYPES[t.dtype]).itemsize
-    window = min(SAMPLE_BYTES, t.nbytes) // item * item
-    last = t.nbytes - window
-    starts = sorted({0, min(last, (t.nbytes // 2) // item * item), last})
-    raw = b"".join(t.read(s, window) for s in starts)
-    if t.dtype == "BF16":
-        return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return np.frombuffer(raw, dtype=FLOAT_DTYPES[t.dtype]).astype(np.float32)
-
-
-def weight_sample_checks(checkpoint: Checkpoint) -> list[F.Finding]:
-    """Tensors whose sampled values are all NaN (or all zero, for weights that are never zero)."""
-    nan, zero = [], []
-    for name, t in checkpoint.tensors.items():
-        values = _sample(t)
-        if values is None or not len(values):
-            continue
-        if np.isnan(values).all():
-            nan.append(name)
-        elif not name.endswith(".bias") and not values.any():
-            zero.append(name)
-    out = []
-    if nan:
-        out.append(F.finding("nan-weights", (
-            f"{', '.join(nan)}: every sampled value is NaN (speculators saves NaN embeddings and heads when the "
-            "verifier's weights were never loaded before saving)")))
-    if zero:
-        out.append(F.finding("nan-weights", f"{', '.join(zero)}: every sampled value is zero", severity=F.WARNING))
-    return out
 
 
 def is_eagle3_draft(path) -> bool:

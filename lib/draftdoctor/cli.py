@@ -24,6 +24,7 @@ checkpoint, and prove the fix by measuring acceptance before and after. The usua
   fix DRAFT --engine E --target T --out FIXED
                                        rename tensors and rewrite the config for E; verified, and
                                        refused when the result would still fail `check`
+  compare TRAINED DRAFT                whether two checkpoints hold the same values, tensor by tensor
   bench --target T --draft before=DRAFT --draft after=FIXED --out DIR
                                        serve each draft, measure acceptance, chart it
   investigate --params P.yaml --out runs/NAME
@@ -260,6 +261,10 @@ def _print_plan(plan, out, skip=()) -> None:
         out.write(f"predicted: {_safe(plan.predicted.verdict)}\n")
 
 
+def _number(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def _short(value, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= width else text[:width - 3] + "..."
@@ -370,11 +375,38 @@ def cmd_bench(args, out) -> int:
     except BenchFailed as e:
         sys.stderr.write(f"draftdoctor: measurement failed: {_safe(e)}\n")
         return EXIT_FINDINGS
-    _table([(r.result.name, f"{r.result.accept_length:.2f}", f"{r.result.accept_rate:.2f}",
-             f"{r.result.tokens_per_s:.1f}", len(r.result.requests)) for r in runs],
+    _table([(r.result.name, _number(r.result.accept_length), _number(r.result.accept_rate),
+             _number(r.result.tokens_per_s, 1), len(r.result.requests)) for r in runs],
            ["draft", "accept length", "strict accept rate", "tokens/s", "requests"], out)
+    out.write("\n")
+    for r in runs:  # what each number means, read with check's verdict on the same draft
+        out.write(f"{_safe(r.result.name)}: {_safe(r.explanation)}\n")
     out.write(f"\n{label}; results: {args.out}/results.json, charts: acceptance.png, per_position.png, throughput.png\n")
     return EXIT_OK
+
+
+def cmd_compare(args, out) -> int:
+    from .compare import SAME_BYTES, compare
+
+    result = compare(args.a, args.b)
+    if args.format == "json":
+        json.dump(result.to_dict(), out, indent=1)
+        out.write("\n")
+        return EXIT_OK if result.same else EXIT_FINDINGS
+    shown = [p for p in result.pairs if args.all or p.status != SAME_BYTES]
+    if shown:
+        _table([(p.status.upper(), p.a or "-", p.b or "-", p.paired_by or "-",
+                 f"{p.dtype_a or '-'}/{p.dtype_b or '-'}",
+                 "-" if p.max_abs_diff is None else f"{p.max_abs_diff:.3g}", "-" if p.rel_l2 is None else f"{p.rel_l2:.3g}",
+                 p.detail or "-") for p in shown],
+               ["status", "A", "B", "paired by", "dtypes", "max abs diff", "rel L2", "detail"], out)
+        out.write("\n")
+    counts = ", ".join(f"{n} {status}" for status, n in result.counts().items() if n)
+    out.write(f"A = {_safe(args.a)}, B = {_safe(args.b)}: {counts}"
+              + ("" if args.all or not result.counts()[SAME_BYTES] else " (same-bytes pairs not listed; --all lists them)")
+              + "\n")
+    out.write("verdict: " + ("A and B hold the same values\n" if result.same else "A and B differ\n"))
+    return EXIT_OK if result.same else EXIT_FINDINGS
 
 
 def cmd_investigate(args, out) -> int:
@@ -382,17 +414,27 @@ def cmd_investigate(args, out) -> int:
 
     results = investigate(args.params, args.out, cell_timeout=args.cell_timeout,
                           progress=lambda m: sys.stderr.write(f"[investigate] {m}\n"))
+    from .report import outcome
+
     for r in results:
         if r.error:
             out.write(f"{r.name}: FAILED: {_safe(r.error)}\n")
             continue
         rep = r.report
-        before, after = rep.get("before") or {}, rep.get("after") or {}
+        run = rep.get("before") or rep.get("after") or {}
         out.write(f"{r.name}: {_safe((rep.get('coverage_before') or {}).get('verdict'))}\n")
-        if before and after:
-            out.write(f"  accept length {before['accept_length']:.2f} before, {after['accept_length']:.2f} after "
-                      f"the fix ({_safe(before.get('backend_label') or before.get('backend'))}); report: {r.out_dir}/report.md\n")
-    return EXIT_FINDINGS if any(r.error for r in results) else EXIT_OK
+        for line in outcome(rep):
+            out.write(f"  {_safe(line)}\n")
+        if run:
+            out.write(f"  measured on {_safe(run.get('backend_label') or run.get('backend'))}; report: {r.out_dir}/report.md\n")
+    return EXIT_FINDINGS if any(_unresolved(r) for r in results) else EXIT_OK
+
+
+def _unresolved(result) -> bool:
+    """An investigation ends unresolved (exit 1) when it failed, its fix was refused, or the fixed draft's
+    server did not start: the status follows the "after" result."""
+    rep = result.report or {}
+    return bool(result.error or rep.get("fix_refused") or (rep.get("after") or {}).get("failure"))
 
 
 def _positive_int(text: str) -> int:
@@ -515,6 +557,13 @@ def _bench_arguments(p) -> None:
     _add_serving_arguments(p)
 
 
+def _compare_arguments(p) -> None:
+    p.add_argument("a", metavar="A", help="a checkpoint (e.g. the training output)")
+    p.add_argument("b", metavar="B", help="another (e.g. the converted, fixed or served copy, or the target)")
+    p.add_argument("--all", action="store_true", help="list the pairs holding the same bytes too")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+
+
 def _investigate_arguments(p) -> None:
     p.add_argument("--params", required=True, help="YAML: checkpoint (or checkpoints: [...]), engine, release, ...")
     p.add_argument("--out", required=True, help="run folder, e.g. runs/NAME")
@@ -527,6 +576,8 @@ COMMANDS = {
     "check": ("what an engine's loader would write, skip, or leave at init", _check_arguments, cmd_check),
     "fix": ("rewrite a draft so an engine loads every tensor, verified; SRC is never modified", _fix_arguments,
             cmd_fix),
+    "compare": ("pair two checkpoints' tensors by name, parts or content and compare their values; exit 1 if they "
+                "differ", _compare_arguments, cmd_compare),
     "serve": ("start a speculative-decoding server and wait until it is ready", _serve_arguments, cmd_serve),
     "bench": ("serve each draft in turn, measure acceptance, write results.json and charts", _bench_arguments,
               cmd_bench),

@@ -226,11 +226,15 @@ def verdict(report: CoverageReport) -> str:
             f"{_mb(report.bytes_uninitialized)} of {_mb(report.bytes_needed)})"
         )
         if layer:
-            line += ": expect accept length 1.00"
+            line += ": expect accept length near 1.00 (no draft token accepted)"
         return line + ("; and the config is unreadable" if config else "")
     if config:
         written = "every parameter is written, but " if report.params else ""
         return f"{written}the server will not start: {config[0].message}"
+    untrained = [f for f in report.findings if f.code == "weights-at-init" and f.severity == F.ERROR]
+    if untrained:  # the names load; the values do not carry the training (draftdoctor.values)
+        return (f"names load, but {untrained[0].message.split(': ', 1)[0]}: expect accept length a little above 1 "
+                "(the draft runs but predicts little)")
     errors = [f for f in report.findings if f.severity == F.ERROR]
     if errors:
         more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""

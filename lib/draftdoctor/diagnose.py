@@ -2,8 +2,9 @@
 beyond names. `diagnose` is the one verdict every command and notebook asks for: `check`, `fix`
 (its plan and its verification), `bench`'s and `investigate`'s pre-flight.
 
-It sits above the replay (`coverage`), the real loader (`realcheck`) and the other checks (`checks`),
-which know nothing of each other; the checkpoint is opened once.
+It sits above the replay (`coverage`), the real loader (`realcheck`), the other checks (`checks`) and
+the values (`values`: tensors still at initial values, judged by what this engine serves with), which
+know nothing of each other; the checkpoint is opened once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .checks import draft_checks, read_target_config
 from .coverage import CoverageReport, draft_dims, replay
 from .engines import resolve_engine
 from .realcheck import RealCheckError, real_check
+from .values import scan, value_findings
 
 LOADERS = ("auto", "replay", "real")
 # findings after which a server starts and then fails at the first draft step, or serves a draft
@@ -40,6 +42,7 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
     else:
         report = replay(checkpoint, engine)
     report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
+    report.findings += value_findings(scan(checkpoint, dims.vocab_size, dims.draft_vocab_size), report)
     return report
 
 

@@ -55,8 +55,8 @@ def acceptance_figure(runs: list[dict]):
     ax_len.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax_len.set_ylabel("accept length (tokens / verify step)")
     ax_len.set_ylim(0, max(lengths + [1.0]) * 1.25)
-    for i, v in enumerate(lengths):
-        ax_len.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    for i, (v, run) in enumerate(zip(lengths, runs)):
+        ax_len.text(i, v, "did not start" if run.get("failure") else f"{v:.2f}", ha="center", va="bottom")
     ax_rate.bar(names, rates, color=colors)
     ax_rate.set_ylabel("strict accept rate (accepted / drafted)")
     ax_rate.set_ylim(0, 1.05)

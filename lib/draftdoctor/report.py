@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from . import runs
+from .explain import same_draft
 
 
 def _coverage_numbers(doc: dict | None) -> dict | None:
@@ -29,7 +30,7 @@ def _bench_run(bench: dict | None, name: str) -> dict | None:
     if run is None:
         return None
     return {k: run.get(k) for k in ("accept_length", "accept_rate", "tokens_per_s", "per_position", "requests",
-                                    "backend", "backend_label")}
+                                    "backend", "backend_label", "failure", "verdict", "explanation")}
 
 
 def _compared(out_dir: Path, params: dict) -> list[dict]:
@@ -56,8 +57,31 @@ def report_data(out_dir: Path, params: dict, error: str | None) -> dict:
         "before": _bench_run(bench, "before"),
         "after": _bench_run(bench, "after"),
         "compared": _compared(out_dir, params),
+        "fix_refused": (fix or {}).get("refused"),
+        "same_draft": same_draft(fix),
         "error": error,
     }
+
+
+def outcome(data: dict) -> list[str]:
+    """What the investigation found, in sentences: before and after, each with what its number means,
+    or why there is no "after" (the fix refused), or why a server did not start; and when the fix
+    changed nothing the engine reads, that the two numbers are one draft measured twice."""
+    before, after = data.get("before"), data.get("after")
+    lines = []
+    if before:
+        lines.append(f"before the fix: {before.get('explanation') or 'not measured'}")
+    if data.get("fix_refused"):
+        codes = ", ".join((data.get("fix") or {}).get("refused_codes") or []) or "an error finding"
+        lines.append(f"the fix was refused ({codes}: no rewrite of names or config removes it), so there is no "
+                     "\"after\" to measure; the fix section says why and what you can do")
+    if after:
+        lines.append(f"after the fix: {after.get('explanation') or 'not measured'}")
+        if data.get("same_draft"):
+            lines.append("the fix changed nothing the engine reads (no tensor renamed or left out, no config change): "
+                         "before and after are one draft measured twice, so the same accept length is expected; the "
+                         "cause is not in the names or the config")
+    return lines
 
 
 def _md_coverage(title: str, cov: dict | None) -> list[str]:
@@ -82,17 +106,20 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
     if error:
         lines += [f"> **The investigation stopped:** {error}", ""]
     before, after = data["before"], data["after"]
-    if before and after:
-        lines += ["## Verdict", "",
-                  f"Accept length {_fmt(before['accept_length'])} before the fix, {_fmt(after['accept_length'])} after "
-                  f"(strict accept rate {_fmt(before['accept_rate'])} → {_fmt(after['accept_rate'])}; measured on "
-                  f"{before.get('backend_label') or (before.get('backend') or 'reference') + ' backend'}).", ""]
+    if before or after:
+        run = before or after
+        lines += ["## Verdict", "", *(f"- {line}" for line in outcome(data)), "",
+                  f"Measured on {run.get('backend_label') or (run.get('backend') or 'reference') + ' backend'}.", ""]
+    elif data["fix_refused"]:
+        lines += ["## Verdict", "", *(f"- {line}" for line in outcome(data)), ""]
     lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"])
     if data["coverage_figure"]:
         lines += [f"![load coverage before the fix]({data['coverage_figure']})", ""]
     lines += _md_coverage("After the fix", data["coverage_after"])
     fix = data["fix"]
-    if fix:
+    if fix and fix.get("refused"):
+        lines += ["## Fix", "", f"{fix['refused'][0].upper()}{fix['refused'][1:]}", ""]
+    elif fix:
         verified = "verified" if fix.get("ok") else "NOT verified: " + "; ".join(fix["verification"]["problems"])
         lines += ["## Fix", "", f"Wrote `{fix.get('dst')}`: {fix.get('tensors_renamed', 0)} tensors renamed, "
                   f"{fix.get('bytes_copied', 0):,} bytes copied in {_fmt(fix.get('seconds'), 2)} s, {verified}.", ""]

@@ -67,7 +67,17 @@ def record_fix(out_dir, result) -> dict:
     return record
 
 
+def record_fix_refused(out_dir, refusal) -> dict:
+    """Step 04 when `fix` refused (a `fix.FixBlocked`): nothing was written, so step 05 measures the draft
+    as it is and nothing "after"; the report says why."""
+    record = {"src": str(refusal.plan.src), "dst": None, "engine": refusal.plan.engine.spec, "ok": False,
+              "written": False, "refused": str(refusal),
+              "refused_codes": [f.code for f in refusal.findings], "coverage_after": None}
+    save_step(out_dir, FIX, record)
+    return record
+
+
 def fixed_checkpoint(out_dir) -> str | None:
-    """Where step 04 wrote the fixed draft (None: it has not run)."""
+    """Where step 04 wrote the fixed draft (None: it has not run, or `fix` refused)."""
     record = load_step(out_dir, FIX)
     return record["dst"] if record else None

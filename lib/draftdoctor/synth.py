@@ -174,9 +174,10 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None, fill: s
 
 def _random_bytes(rng, name: str, dtype: str, shape, nbytes: int) -> bytes:
     if dtype in ("F16", "BF16"):
-        # Chunked so that multi-GB tensors never sit in memory whole.
+        # Chunked so that multi-GB tensors never sit in memory whole. Laplace-distributed, wider than any
+        # initialiser (draftdoctor.values): synthetic weights stand for trained ones, not for a fresh model's.
         return b"".join(
-            (rng.standard_normal(min(1 << 22, (nbytes - i) // 2), dtype=np.float32) * 0.02).astype(np.float16).tobytes()
+            rng.laplace(0.0, 0.03, min(1 << 22, (nbytes - i) // 2)).astype(np.float16).tobytes()
             for i in range(0, nbytes, 1 << 23)
         )
     return rng.bytes(nbytes)
@@ -314,3 +315,41 @@ def write_header_only(folder, layout: dict, config: dict | None) -> Path:
     if config is not None:
         (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
+
+
+def initial_values(name: str, dtype: str, shape, config: dict, rng) -> np.ndarray:
+    """What a freshly built model holds for tensor `name`: transformers' initialisation (RMSNorm weights
+    1.0, biases 0, matrices drawn from N(0, initializer_range)), and a vocabulary map of zeros."""
+    layer = config.get("transformer_layer_config") or config
+    if name.endswith("d2t"):
+        return np.zeros(shape, dtype=NUMPY_DTYPES[dtype])
+    if len(shape) == 1:
+        return np.full(shape, 0.0 if name.endswith(".bias") else 1.0, dtype=NUMPY_DTYPES[dtype])
+    sigma = float(layer.get("initializer_range") or 0.02)
+    return (rng.standard_normal(shape) * sigma).astype(NUMPY_DTYPES[dtype])
+
+
+def sloppy_convert(src, dst, rename: dict[str, str], reinitialise=(), seed: int = 0) -> Path:
+    """What a converter does that builds a fresh model in the engine's names and loads the trained
+    tensors into it without strict name matching (speculators issue #1114): every tensor of `src`
+    (one safetensors file and its config.json) is written under its renamed name (`rename`: prefix ->
+    prefix), but a tensor whose name the rename changed never matched the fresh model's and keeps the
+    fresh model's initial values (`initial_values`); so do the tensors named in `reinitialise`. The
+    names are right for the engine; the values are not. Returns `dst`."""
+    from .checkpoint import open_checkpoint
+
+    src, dst = Path(src), Path(dst)
+    checkpoint = open_checkpoint(src)
+    config = checkpoint.config or {}
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, t in checkpoint.tensors.items():
+        renamed = next((new + name[len(old):] for old, new in rename.items() if name.startswith(old)), name)
+        if renamed != name or name in reinitialise:
+            tensors[renamed] = initial_values(name, t.dtype, t.shape, config, rng)
+        else:
+            tensors[renamed] = np.frombuffer(t.read(), dtype=NUMPY_DTYPES[t.dtype]).reshape(t.shape)
+    dst.mkdir(parents=True, exist_ok=True)
+    write_safetensors(dst / "model.safetensors", tensors, {"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    return dst

@@ -9,13 +9,14 @@ rate, per-position acceptance, tokens/s), the server's own `/server_info` accept
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
-from .launcher import REFERENCE_DEFAULT_ENGINE, ServeConfig, cause, serve, tail
+from .launcher import REFERENCE_DEFAULT_ENGINE, LaunchRefused, ServeConfig, ServerCrashed, cause, serve, tail
 from . import llamacpp, vllm
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
@@ -31,25 +32,30 @@ class DraftMisfit(BenchFailed):
     server started (`preflight`): exit 1."""
 
 
-def preflight(target, drafts: list[tuple[str, str]], engine) -> None:
+def preflight(target, drafts: list[tuple[str, str]], engine) -> dict:
     """Stop before launching anything when a draft does not fit the target (vocabulary, hidden sizes,
-    aux layers the engine can capture): `diagnose.misfits`, the same diagnosis as `check --target`.
-    A target or draft that is not a local folder (a hub id on a GPU host) is checked as far as it can be."""
+    aux layers the engine can capture): `diagnose.MISFIT_CODES`, the same diagnosis as `check --target`.
+    Returns {name: that diagnosis} for the drafts it could read (what a measured accept length is read
+    against). A target or draft that is not a local folder (a hub id on a GPU host) is checked as far as
+    it can be."""
     from ..checkpoint import CheckpointError
-    from ..diagnose import misfits
+    from ..diagnose import MISFIT_CODES, check
 
     local_target = target if (Path(target) / "config.json").is_file() else None
+    reports = {}
     for name, draft in drafts:
         if not Path(draft).exists():
             continue
         try:
-            found = misfits(draft, engine, local_target)
+            reports[name] = report = check(draft, engine, target=local_target)
         except CheckpointError:
             continue  # unreadable here; the server says why
+        found = [f for f in report.errors if f.code in MISFIT_CODES]
         if found:
             raise DraftMisfit(f"{name} ({draft}) does not fit {'the target ' + str(target) if local_target else 'its target'} "
                               f"on {engine}; nothing was launched: "
                               + "; ".join(f"{f.code}: {f.message}" for f in found))
+    return reports
 
 
 MAX_PROMPTS_BYTES = 64 << 20
@@ -115,7 +121,8 @@ def backend_label(backend: str, engine=None) -> str:
 
 @dataclass
 class BenchRun:
-    """One draft's measured run and where its server log is."""
+    """One draft's measured run (or why its server did not start) and where its server log is, with
+    the diagnosis of the draft on the engine served or emulated (what the accept length is read against)."""
 
     result: BenchResult
     backend: str
@@ -123,20 +130,35 @@ class BenchRun:
     server_accept_length: float | None
     log_accept_length: float | None
     label: str = ""  # backend_label: what ran, as the user is told
+    verdict: str | None = None  # check's verdict on the draft for that engine
+    errors: tuple[str, ...] = ()  # its error finding codes
+    failure: str | None = None  # the server did not start: the engine's reason (then nothing was measured)
+
+    @property
+    def explanation(self) -> str:
+        from ..explain import explain
+
+        if self.failure:
+            return f"does not start: {self.failure}"
+        return explain(self.result.accept_length, self.result.accept_rate, self.verdict, self.errors)
 
     def summary(self) -> dict:
         return self.result.summary() | {"backend": self.backend, "backend_label": self.label,
                                         "server_accept_length": self.server_accept_length,
-                                        "log_accept_length": self.log_accept_length, "log": str(self.log_path)}
+                                        "log_accept_length": self.log_accept_length, "log": str(self.log_path),
+                                        "verdict": self.verdict, "errors": list(self.errors),
+                                        "failure": self.failure, "explanation": self.explanation}
 
 
 def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_dir, prompts: list[str],
                  engine=None, loader: str | None = None,
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1", progress=None, **server_kwargs) -> list[BenchRun]:
+                 host: str = "127.0.0.1", progress=None, keep_going: bool = False, **server_kwargs) -> list[BenchRun]:
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
-    (an Engine or a spec): the SGLang release served, or emulated by the reference backend."""
+    (an Engine or a spec): the SGLang release served, or emulated by the reference backend. With
+    `keep_going`, a draft whose server does not start is recorded as such (its reason from the log)
+    and the next draft is measured (an investigation's "before" that never starts)."""
     engine = resolve_engine(engine) if engine is not None else None
     if backend == "llamacpp" and engine is not None and engine.name != "llamacpp":
         raise BenchInputError(f"--backend llamacpp cannot serve a draft as {engine} loads it: llama.cpp refuses a "
@@ -144,7 +166,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                               "unset; measure that on --backend reference or vllm")
     # an SGLang release newer than the profiles is checked with the newest known rows
     default = {"sglang": "sglang", "vllm": "vllm", "llamacpp": "llamacpp"}.get(backend, REFERENCE_DEFAULT_ENGINE)
-    preflight(target, drafts, engine or resolve_engine(default))
+    reports = preflight(target, drafts, engine or resolve_engine(default))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     k = num_draft_tokens or num_steps + 1
@@ -158,7 +180,19 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
         log_path = out_dir / f"server-{name}.log"
         if progress:
             progress(f"{name}: starting the {backend} server")
-        with serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs) as server:
+        report = reports.get(name)
+        diagnosis = {"verdict": report.verdict if report else None,
+                     "errors": tuple(f.code for f in report.errors) if report else ()}
+        try:
+            server = serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs)
+        except (ServerCrashed, LaunchRefused) as e:
+            if not keep_going:
+                raise
+            why = re.sub(r"^\[[^\]]*\]\s*(error:\s*)?", "", cause(e.log_tail) if e.log_tail else str(e))
+            runs.append(BenchRun(BenchResult(name, [], 0.0, k), backend, log_path, None, None, label,
+                                 failure=why[:500], **diagnosis))
+            continue
+        with server:
             try:
                 measure = {"vllm": vllm.run_bench, "llamacpp": llamacpp.run_bench}.get(backend, run_bench)
                 sent = llamacpp.token_ids(target, prompts) if backend == "llamacpp" else prompts
@@ -179,12 +213,12 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                                   f"(it exited or another process took the port): this draft's answers are "
                                   f"discarded; its log: {log_path}")
         if backend in ("vllm", "llamacpp"):  # the engine's counters are its own figure
-            runs.append(BenchRun(result, backend, log_path, result.accept_length, None, label))
+            runs.append(BenchRun(result, backend, log_path, result.accept_length, None, label, **diagnosis))
             continue
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),
                                    release=engine.release if engine else None, num_draft_tokens=k)
         runs.append(BenchRun(result, backend, log_path, avg_spec_accept_length(result.server_info),
-                             float(lines.accept_length.iloc[-1]) if len(lines) else None, label))
+                             float(lines.accept_length.iloc[-1]) if len(lines) else None, label, **diagnosis))
     write_results(out_dir, runs)
     return runs
 
