@@ -105,7 +105,7 @@ def _inspect(args, out) -> int:
     _text_columns([names, dtypes, shape_cells, sizes, files], ["name", "dtype", "shape", "bytes", "file"], out)
     out.write(f"\n{len(shapes)} tensors, {human_bytes(ckpt.total_bytes)} in {len(ckpt.shards)} file(s)\n")
     out.write(f"layout: {layout.name}\n" + "".join(f"  - {_safe(e)}\n" for e in layout.evidence))
-    out.write(f"draft: {found.architecture}, most likely written by {found.trainer}\n"
+    out.write(f"draft: {found.architecture}, written by {found.trainer}, as far as this evidence shows:\n"
               + "".join(f"  - {_safe(e)}\n" for e in found.evidence))
     return EXIT_OK
 

@@ -1,10 +1,11 @@
-"""Which draft architecture a checkpoint is and which trainer most likely wrote it, on what evidence.
+"""Which draft architecture a checkpoint is and which tool wrote it, as far as the evidence shows.
 
 Field notes §13–§14: the `architectures` a config names (and whether it is speculators' nested
 format) tells the draft class an engine would build; key patterns tell the attention kind (q/k norms
 for Qwen3-style drafts, MLA projections for Kimi/DeepSeek targets); config fields and key layouts
-tell the trainer. Each rule is a row: the first that matches wins, and its evidence is shown.
-Headers and config only.
+tell the trainer. Each rule is a row: the first that matches wins, and its evidence is shown. A
+rule names one tool only where a fact only that tool writes decides it; where several tools write
+the same thing, it names them all. Headers and config only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from .configs import SPECULATORS, config_format
 LLAMA, QWEN3, MLA = "Llama EAGLE-3", "Qwen3 EAGLE-3 (q/k norms)", "MLA EAGLE-3 (DeepSeek/Kimi targets)"
 DRAFT_CLASS = {LLAMA: "llama", QWEN3: "qwen3", MLA: "mla"}  # the engines' builder of each (Profile.draft_class)
 MLA_KEYS = ("kv_a_proj_with_mqa", "q_a_proj", "kv_b_proj")
+# the tools that write the plain midlayer layout with SGLang's flat config: nothing in it tells them apart
+MIDLAYER_WRITERS = "the EAGLE repo, SpecForge or a converter"
 # ModelOpt's nested eagle_config switches (field notes §14)
 MODELOPT_FIELDS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_aux_hidden_state")
 
@@ -23,7 +26,7 @@ MODELOPT_FIELDS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "
 @dataclass(frozen=True)
 class Provenance:
     architecture: str  # LLAMA | QWEN3 | MLA
-    trainer: str  # speculators | SpecForge | the EAGLE repo | ModelOpt | AngelSlim | a converter | unknown
+    trainer: str  # speculators | the EAGLE repo | ModelOpt | AngelSlim | a converter | MIDLAYER_WRITERS | unknown
     evidence: tuple[str, ...]
 
     @property
@@ -60,7 +63,8 @@ def _trainer(keys: list[str], config: dict) -> tuple[str, str]:
     if any(k.startswith("layers.") for k in keys):
         return "a converter", "speculators' layers.N.* keys under a flat config: a hand-flattened or converted speculators draft"
     if "LlamaForCausalLMEagle3" in archs and any(k.startswith("midlayer.") for k in keys):
-        return "SpecForge", "architectures LlamaForCausalLMEagle3, midlayer.* keys, a flat config (SpecForge's export)"
+        return (MIDLAYER_WRITERS, "architectures LlamaForCausalLMEagle3, midlayer.* keys and a flat config: what the EAGLE "
+                "repo and SpecForge export, and what any converter to SGLang's names writes; nothing here tells them apart")
     return "unknown", "no trainer's signature found"
 
 
