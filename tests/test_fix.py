@@ -20,6 +20,8 @@ from draftdoctor.engines import resolve_engine
 from draftdoctor.fix import FixBlocked, FixError, apply_fix, plan_fix
 from draftdoctor.synth import DraftShape, speculators_config, write_draft
 
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
 ENGINES = ["sglang==0.5.10", "sglang==0.5.23", "vllm"]
 LAYER_NAME = {"sglang==0.5.10": "midlayer.", "sglang==0.5.23": "layers.0.", "vllm": "layers.0."}
 
@@ -607,3 +609,53 @@ def test_sglang_own_loader_writes_every_parameter_of_the_fixed_draft(draft, tmp_
         assert not report.errors, [f.message for f in report.errors]
         assert not report.uninitialized and not report.dropped
         assert {p.status for p in report.params} <= {"written", "from-target"}
+
+
+def _headless(tmp_path, draft_vocab_size):
+    """The demo's draft in SGLang's names without its head (and without a vocabulary map), declaring
+    `draft_vocab_size`: a trainer that froze the target's head and did not save it."""
+    import json
+
+    import numpy as np
+
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.synth import NUMPY_DTYPES, write_safetensors
+
+    src = open_checkpoint(DEMO / "draft-story")
+    tensors = {("midlayer." + n[len("layers.0."):] if n.startswith("layers.0.") else n):
+               np.frombuffer(t.read(), dtype=NUMPY_DTYPES[t.dtype]).reshape(t.shape)
+               for n, t in src.tensors.items() if n not in ("lm_head.weight", "d2t", "t2d")}
+    folder = tmp_path / f"headless-{draft_vocab_size}"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", tensors)
+    (folder / "config.json").write_text(json.dumps(src.config | {"draft_vocab_size": draft_vocab_size}))
+    return folder
+
+
+def test_head_from_target_is_applied_only_where_it_can_be_right(tmp_path):
+    """A draft with no lm_head declaring the target's vocabulary: fix refuses and names the remedy; with
+    --head-from-target it writes draft_vocab_size: null and the engine takes the target's head. Where the
+    vocabularies differ, or the release cannot build a null draft vocabulary, the option is refused."""
+    import json
+
+    from draftdoctor.diagnose import check
+    from draftdoctor.fix import FixBlocked, FixError
+
+    draft = _headless(tmp_path, 114)
+    plan = plan_fix(draft, "sglang==0.5.10", target=DEMO / "target")
+    refused = plan.refusal()
+    assert refused and "lm-head-missing" in {f.code for f in refused.findings}
+    assert "--head-from-target" in str(refused)
+    with pytest.raises(FixBlocked):
+        apply_fix(plan, tmp_path / "refused")
+    fixed = apply_fix(plan_fix(draft, "sglang==0.5.10", target=DEMO / "target", head_from_target=True),
+                      tmp_path / "fixed")
+    assert json.loads((fixed.dst / "config.json").read_text())["draft_vocab_size"] is None
+    report = check(fixed.dst, "sglang==0.5.10", target=DEMO / "target")
+    assert not report.errors and {p.name: p.status for p in report.params}["lm_head.weight"] == "from-target"
+    with pytest.raises(FixError, match="draft_vocab_size 96 is not the target's vocabulary"):
+        plan_fix(_headless(tmp_path, 96), "sglang==0.5.10", target=DEMO / "target", head_from_target=True)
+    with pytest.raises(FixError, match="fails to build a draft whose draft_vocab_size is null"):
+        plan_fix(draft, "sglang==0.4.8.post1", target=DEMO / "target", head_from_target=True)
+    with pytest.raises(FixError, match="takes the target's head for a draft without one already"):
+        plan_fix(draft, "vllm==0.32.0", target=DEMO / "target", head_from_target=True)

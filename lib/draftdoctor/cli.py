@@ -162,7 +162,8 @@ def cmd_fix(args, out) -> int:
     from .fix import FixBlocked, apply_fix, plan_fix
     from .tables import human_bytes
 
-    plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader)
+    plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader,
+                    head_from_target=args.head_from_target)
     refused = plan.refusal(args.allow_lossy)
     if args.plan:
         if args.format == "json":
@@ -525,6 +526,11 @@ def _fix_arguments(p) -> None:
     p.add_argument("--allow-lossy", action="store_true",
                    help="write even if the engine cannot compute an option or norm the draft was trained with "
                         "(reported; such a draft serves, with lower acceptance)")
+    p.add_argument("--head-from-target", action="store_true",
+                   help="for a draft with no lm_head whose draft_vocab_size is the target's vocabulary: assume it was "
+                        "trained with the target's head (frozen, so not saved) and write draft_vocab_size: null, so "
+                        "the engine takes the target's head; refused where that cannot be right or the release "
+                        "cannot do it")
     _loader_argument(p, "which loader verifies the written draft, as `check --loader` (the plan is always "
                         "replayed: it exists only as headers until written)")
     p.add_argument("--format", choices=["text", "json"], default="text")

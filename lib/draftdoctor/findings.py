@@ -127,7 +127,8 @@ CODES = {
     ),
     "lm-head-missing": Code(
         ERROR, "draft_vocab_size declared but no lm_head: the engine's head stays at initial values",
-        "export lm_head.weight, or set draft_vocab_size to null to take the target's head",
+        "export lm_head.weight; or, if the draft was trained with the target's own head and its vocabulary is the "
+        "target's, `draftdoctor fix --head-from-target` writes draft_vocab_size: null so the engine takes the target's",
     ),
     "embed-missing": Code(
         INFO, "no embedding in the checkpoint; fine where the engine uses the target's",

@@ -34,7 +34,7 @@ from pathlib import Path
 from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
-from .configs import ABSENT, MISSING, UNKNOWN, ConfigRewrite, config_format, rewrite_config
+from .configs import ABSENT, FLAT, MISSING, UNKNOWN, ConfigChange, ConfigRewrite, config_format, rewrite_config
 from .checks import OPTION_CODES, read_target_config
 from .coverage import PAIR_REASON, CoverageReport, draft_dims, unmodelled_class
 from .provenance import recognise
@@ -221,10 +221,11 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
 
 
 
-def plan_fix(src, engine, target=None, loader: str = "replay") -> FixPlan:
+def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target: bool = False) -> FixPlan:
     """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
     'sglang==0.5.10'), from headers alone; `target` (folder or config.json): the target it serves with,
-    for the checks that need it."""
+    for the checks that need it. `head_from_target`: the config remedy for a draft without lm_head
+    (`head_from_target_change`), applied only where it is safe, else FixError."""
     engine = resolve_engine(engine)
     target_config = read_target_config(target) if target is not None else None
     ckpt = open_checkpoint(src)
@@ -244,6 +245,10 @@ def plan_fix(src, engine, target=None, loader: str = "replay") -> FixPlan:
         rewrite = rewrite_config(ckpt.config, profile)
     except (TypeError, ValueError, AttributeError) as e:
         raise FixError(f"{ckpt.config_path}: cannot rewrite it for {profile.engine} ({e})") from None
+    if head_from_target:
+        change = head_from_target_change(ckpt, rewrite.config, profile, target_config)
+        rewrite.config["draft_vocab_size"] = None
+        rewrite.changes.append(change)
     layout = detect_layout(ckpt.tensors, ckpt.config)
     # a draft class the replay does not model (MLA, Qwen3): no rewrite of it could be verified
     unmodelled = unmodelled_class(profile, engine.release, ckpt.config)
@@ -270,6 +275,35 @@ def plan_fix(src, engine, target=None, loader: str = "replay") -> FixPlan:
     found += _collisions(moves, predicted)
     return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
                    rewrite, _other_files(ckpt), predicted, found, target_config, loader)
+
+
+def head_from_target_change(ckpt: Checkpoint, config: dict, profile, target_config: dict | None) -> ConfigChange:
+    """The change `--head-from-target` makes: `draft_vocab_size` -> null, so the engine builds the draft's
+    head from the target's. It assumes the draft was trained with the target's own head (frozen, so its
+    trainer did not save it). Applied only when that can be right and the engine does it; otherwise
+    FixError naming why: the draft has its own head; its vocabulary is not the target's (the target's
+    head has other rows: with a reduced vocabulary the draft predicts over its own ids); the release
+    fails to build a null draft vocabulary; the config is not a flat one the release reads."""
+    why = f"{ckpt.config_path}: --head-from-target cannot apply"
+    if ckpt.find("lm_head.weight") is not None:
+        raise FixError(f"{why}: the draft has its own lm_head.weight")
+    if "lm_head" in profile.from_target_when_absent:
+        raise FixError(f"{why}: {profile.engine} takes the target's head for a draft without one already; "
+                       "nothing to change")
+    if config_format(config) != FLAT or "draft_vocab_size" not in config:
+        raise FixError(f"{why}: it writes draft_vocab_size: null in a flat config that declares draft_vocab_size; "
+                       f"the config {profile.engine} reads has none")
+    declared = config["draft_vocab_size"]
+    vocab = (target_config or {}).get("vocab_size") or config.get("vocab_size")
+    if declared is not None and declared != vocab:
+        raise FixError(f"{why}: draft_vocab_size {declared} is not the {'target' if target_config else 'draft'}'s "
+                       f"vocabulary ({vocab}): the target's head predicts over other ids than the draft was trained on")
+    if profile.null_draft_vocab_error:
+        raise FixError(f"{why}: {profile.engine} fails to build a draft whose draft_vocab_size is null "
+                       f"({profile.null_draft_vocab_error})")
+    return ConfigChange("draft_vocab_size", declared, None,
+                        "--head-from-target: no lm_head in the checkpoint, and the draft's vocabulary is the target's; "
+                        "assumed trained with the target's head (frozen, not saved), so the engine takes the target's")
 
 
 def _releases_with(draft_class: str) -> str:
