@@ -197,3 +197,24 @@ def test_tensor_stored_in_two_shards(draft):
     with pytest.raises(CheckpointError, match="also stored in") as e:
         open_checkpoint(folder)
     assert "fc.weight" in str(e.value)
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_a_tensor_listed_twice_in_the_index_is_refused(draft, spaced):
+    """The index parse keeps the last of repeated keys; the quote count catches the repeat, whatever the
+    file's formatting, and the slow parse names it."""
+    folder, index = _sharded(draft)
+    text = json.dumps(index, separators=(", ", " : ") if spaced else (",", ":"))
+    first = next(iter(index["weight_map"]))
+    entry = json.dumps(first) + (" : " if spaced else ":") + json.dumps(index["weight_map"][first])
+    (folder / "model.safetensors.index.json").write_text(text.replace(entry, entry + ", " + entry, 1))
+    with pytest.raises(CheckpointError, match="duplicate key") as e:
+        open_checkpoint(folder)
+    assert first in str(e.value)
+
+
+def test_an_escaped_quote_in_an_index_is_no_duplicate(draft):
+    """A name with a quote in it raises the quote count (the slow parse then runs, and finds nothing)."""
+    folder, index = _sharded(draft)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index | {"metadata": {"note": 'a "quoted" word'}}))
+    assert len(open_checkpoint(folder).tensors) == len(index["weight_map"])

@@ -78,13 +78,16 @@ def _inspect(args, out) -> int:
     layout = detect_layout(ckpt.tensors, ckpt.config)
     found = recognise(ckpt.tensors, ckpt.config)
     if args.format == "json":
-        # json.dumps, compact: json.dump, or an indent, encode in Python, 10x slower for 10^5 tensors
-        out.write(json.dumps({"path": str(ckpt.path), "files": [str(s.path) for s in ckpt.shards],
-                              "layout": {"name": layout.name, "evidence": list(layout.evidence)},
-                              "architecture": found.architecture, "trainer": found.trainer,
-                              "provenance_evidence": list(found.evidence),
-                              "tensors": [dict(zip(table, row)) for row in zip(*table.values())],
-                              "total_bytes": ckpt.total_bytes}, separators=(",", ":")) + "\n")
+        import orjson
+        from functools import partial
+
+        # orjson, compact: the standard encoder took 0.5 s for 10^5 tensors; rows built by map, in C
+        rows = list(map(dict, map(partial(zip, list(table)), zip(*table.values()))))
+        out.write(orjson.dumps({"path": str(ckpt.path), "files": [str(s.path) for s in ckpt.shards],
+                                "layout": {"name": layout.name, "evidence": list(layout.evidence)},
+                                "architecture": found.architecture, "trainer": found.trainer,
+                                "provenance_evidence": list(found.evidence), "tensors": rows,
+                                "total_bytes": ckpt.total_bytes}).decode() + "\n")
         return EXIT_OK
     shapes = shape_texts(table["shape"])
     if args.format == "csv":
