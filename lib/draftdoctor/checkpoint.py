@@ -28,7 +28,10 @@ from math import prod
 from operator import add, attrgetter, itemgetter, mul, sub
 from pathlib import Path
 
-import orjson
+try:
+    import orjson
+except ImportError:  # a real-loader child sees its release's packages only, which may lack it: the standard parser
+    orjson = None
 
 from .errors import UserError
 
@@ -175,7 +178,7 @@ def read_json_file(path: Path, object_pairs_hook=None):
 
 def parse_json(path: Path, raw: bytes, object_pairs_hook=None):
     """`raw` parsed as JSON, or CheckpointError naming `path` and the problem."""
-    if object_pairs_hook is None:
+    if object_pairs_hook is None and orjson:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -211,8 +214,9 @@ def read_header(path: Path) -> ShardHeader:
     except FileNotFoundError:
         raise CheckpointError(path, "no such file") from None
     try:
-        header = orjson.loads(raw)  # 1.6x the standard parser on these headers; it checks UTF-8 itself
-    except orjson.JSONDecodeError as e:
+        # orjson: 1.6x the standard parser on these headers; it checks UTF-8 itself
+        header = orjson.loads(raw) if orjson else json.loads(raw)
+    except (ValueError, RecursionError) as e:  # orjson's JSONDecodeError is a ValueError, as are json's errors
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as bad:
@@ -406,8 +410,8 @@ def _read_index(index_path: Path):
         raw = None
     if raw is not None and len(raw) <= MAX_JSON_BYTES:
         try:
-            index = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            index = orjson.loads(raw) if orjson else json.loads(raw)
+        except (ValueError, RecursionError):
             index = None
         if index is not None and raw.count(b'"') == 2 * _strings(index):
             return index
