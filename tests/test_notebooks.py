@@ -89,3 +89,9 @@ def test_beyond_names_measures_what_check_flags(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs), "the chart is shown inline"
     text = "".join(o.get("text", "") for o in outputs)
     assert "sglang==0.5.10: fix refuses: aux-layer-uncapturable" in text and "vllm: fix writes it: loads cleanly" in text
+    # section 3: right names, initial values: check flags the values, compare lists the tensors, and
+    # the measured acceptance is explained
+    assert "parameters never written: 0 of 11" in text and "ERROR   weights-at-init: the decoder layer" in text
+    assert "'different values': 10" in text
+    assert "fixed names: accept length" in text and "the draft works" in text
+    assert "converted: accept length" in text and "the draft runs but predicts little" in text
