@@ -160,13 +160,15 @@ def run_notebook(page, lab, name):
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
-    def finished():  # no cell queued or running, the first one done, the kernel indicator idle
-        prompts = _prompts(page)
-        return (prompts and "[*]:" not in prompts and re.fullmatch(r"\[\d+\]:", prompts[0])
+    def finished():  # no cell queued or running, every rendered one done, the kernel indicator idle
+        # (Lab renders only the cells near the view: one scrolled far away has an empty prompt)
+        prompts = [p for p in _prompts(page) if p]
+        return (prompts and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts)
                 and page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status=idle]").count() == 1)
 
     _wait(finished, RUN_TIMEOUT, lambda: f"{name}: Run All did not finish; code cells still queued or running: "
-          f"{[i for i, p in enumerate(_prompts(page)) if p == '[*]:']}")
+          f"{[i for i, p in enumerate(_prompts(page)) if p == '[*]:']} (prompts {_prompts(page)}, idle indicators "
+          f"{page.locator(f'{PANEL} .jp-Notebook-ExecutionIndicator[data-status=idle]').count()})")
 
     # Read the notebook only after Lab's save answered: a read during the save can catch the file mid-write.
     with page.expect_response(lambda r: r.request.method == "PUT" and r.url.split("?")[0].endswith(path),

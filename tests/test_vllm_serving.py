@@ -95,5 +95,5 @@ def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(tmp_path)
     assert reference_before["backend_label"].startswith("reference backend emulating sglang==0.5.10")
     assert reference_before["accept_length"] <= 1.05 and reference_after["accept_length"] >= 2.0
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "measured on vLLM 0.32.0 (real engine, CPU)" in text and "## Backends compared" in text
+    assert "Measured on vLLM 0.32.0 (real engine, CPU)" in text and "## Backends compared" in text
     assert (tmp_path / "out" / "backends.png").stat().st_size > 10_000

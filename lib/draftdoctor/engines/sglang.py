@@ -35,22 +35,27 @@ _COMMON = dict(
     # the registry builds the target class for them; the load then fails (Llama: at lm_head; Qwen3: at k_proj;
     # DeepSeek-V2: while building) (0.5.10, 0.5.11 and 0.5.23's own loaders, tests/test_differential.py)
     plain_architectures=("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM"),
-    chain_position_offset=1,  # eagle_worker.py: positions = seq_lens, then add_(1) before each chain step
     reads_use_aux_norm=True,
     unknown_architecture=_NO_MODULE,
     # llama.py's attention: `attention_bias or bias` (every release of the sweep)
     o_proj_bias_from_config=True,
 )
 
+# The rope position of draft chain step j >= 1 (P = seq_lens, the committed length): up to 0.5.11 P + j,
+# eagle_worker.py and eagle_worker_v2.py call `forward_batch.positions.add_(1)` *before* each draft forward
+# (0.5.10: eagle_worker.py line ~675); from 0.5.12 P + j - 1, as vLLM and the trainers (SGLang PR #25015,
+# "Fix Eagle draft decode positions", moved the increment after the forward; 0.5.23's eagle_worker_v2.py
+# increments after the argmax). The load rows split at 0.5.12 too, so the fact rides on them.
+_CHAIN_BEFORE_FORWARD, _CHAIN_AFTER_FORWARD = dict(chain_position_offset=1), dict(chain_position_offset=0)
 _MIDLAYER = dict(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, legacy_renames=(),
-                 supports_fc_norm=False, supports_input_norm=False, fc_aux_count_from=())
+                 supports_fc_norm=False, supports_input_norm=False, fc_aux_count_from=(), **_CHAIN_BEFORE_FORWARD)
 _SILENT_FALLBACK = dict(prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT, fc_bias="config")
 _TRANSFORMERS_4 = dict(model_type_from_path=True)  # the releases pinning transformers 4.x (up to 0.5.9)
 _LAYERS = dict(layer_prefix="model.layers.{i}.", single_layer_error=None,
                legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
                                ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
                fc_aux_count_from=("num_aux_hidden_states", "eagle_config"), supports_fc_norm=True,
-               supports_norm_output=True, resized_silently=_PAD_OR_NARROW, **_SILENT_FALLBACK)
+               supports_norm_output=True, resized_silently=_PAD_OR_NARROW, **_SILENT_FALLBACK, **_CHAIN_AFTER_FORWARD)
 _NULL_DRAFT_VOCAB = "unsupported operand type(s) for -: 'NoneType' and 'NoneType'"
 
 PROFILES = [
@@ -93,7 +98,7 @@ PROFILES = [
         null_target_hidden_crashes=False,  # target_hidden_size or hidden_size
         q_lora_required="Eagle3 MLA layer requires q_lora_rank in the draft config",
         model_types=("deepseek_v2", "deepseek_v3", "kimi_k2"),  # kimi_k2: a DeepseekV3Config alias "for kimi_k25_eagle3"
-        **(_COMMON | {"architectures": ("Eagle3DeepseekV2ForCausalLM",)}),
+        **_CHAIN_AFTER_FORWARD, **(_COMMON | {"architectures": ("Eagle3DeepseekV2ForCausalLM",)}),
     ) for first, last, fc_norm in (("0.5.12", "0.5.12.post1", False), ("0.5.13", "0.5.23", True))),
 ]
 

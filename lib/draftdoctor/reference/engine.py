@@ -6,7 +6,7 @@ One request at a time:
 - draft extend: the draft runs over the committed positions p with (aux state at p, token p+1)
   at position p, filling its KV cache; the last position gives the first draft token;
 - draft decode: num_steps - 1 more chain steps on the draft's own hidden state, step i at rope
-  position committed_len + chain_offset + i (`Profile.chain_position_offset`: SGLang 1, vLLM 0);
+  position committed_len + chain_offset + i (`Profile.chain_position_offset`: SGLang up to 0.5.11 1; from 0.5.12, vLLM and llama.cpp 0);
   these KV entries are dropped afterwards;
 - verify: the target runs [pending token, d1..dS] (S + 1 = speculative_num_draft_tokens) and
   accepts the longest prefix of drafts equal to its own argmax, plus one bonus token; rejected
