@@ -281,3 +281,15 @@ def test_cause_is_the_error_line_not_the_traceback_frame():
              '  File "x.py", line 1, in f', "RuntimeError: CUDA out of memory", "-" * 40, ""]
     assert cause(lines) == "RuntimeError: CUDA out of memory"
     assert cause(["starting", "loading weights"]) == "loading weights" and cause([]) == ""
+
+
+def test_a_server_that_does_not_start_is_a_failed_measurement_with_its_log_lines(tmp_path):
+    """bench exits 1 (a failed measurement, not unusable input), naming the server's cause, its log's
+    last lines printed as lines."""
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "bench", "--target", str(DEMO / "target"),
+                           "--draft", f"raw={DEMO / 'draft-speculators'}", "--out", str(tmp_path / "out"),
+                           "--num-prompts", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert any(line.startswith("draftdoctor: measurement failed: server exited with status 1") for line in lines)
+    assert "\\n" not in proc.stderr and any("Unrecognized model" in line for line in lines[1:])

@@ -97,3 +97,25 @@ def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(tmp_path)
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Measured on vLLM 0.32.0 (real engine, CPU)" in text and "## Backends compared" in text
     assert (tmp_path / "out" / "backends.png").stat().st_size > 10_000
+
+
+def test_the_served_vllm_release_is_chosen_by_name(tmp_path):
+    """`--engine vllm==X` picks the release that serves (the drafts served as they are); one not installed
+    is refused by name with what installs it, never swapped for whatever is on disk."""
+    import os
+
+    require_release("0.32.0", "vllm")
+    base = [sys.executable, "-m", "draftdoctor.cli", "bench", "--backend", "vllm", "--target", str(DEMO / "target"),
+            "--draft", f"d={DEMO / 'draft-speculators'}", "--num-prompts", "3", "--max-new-tokens", "16"]
+    proc = subprocess.run(base + ["--engine", "vllm==0.32.0", "--out", str(tmp_path / "a")], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = json.loads((tmp_path / "a" / "results.json").read_text())["runs"]
+    assert run["backend_label"] == "vLLM 0.32.0 (real engine, CPU)" and run["accept_length"] >= 2.0
+    assert not (tmp_path / "a" / "served-d").exists()  # served as it is
+    empty = tmp_path / "no-releases"
+    empty.mkdir()
+    proc = subprocess.run(base + ["--engine", "vllm==0.32.0", "--out", str(tmp_path / "b")], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, DRAFTDOCTOR_VLLM_DIR=str(empty)))
+    assert proc.returncode == 2 and "vLLM 0.32.0" in proc.stderr and "make vllm-loaders" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -355,6 +355,7 @@ def _draft_pairs(values) -> list[tuple[str, str]]:
 
 def cmd_bench(args, out) -> int:
     from .serving.bench import DEMO_PROMPTS, BenchFailed, DraftMisfit, bench_drafts, load_prompts
+    from .serving.launcher import ServerError
 
     from pathlib import Path
 
@@ -378,6 +379,11 @@ def cmd_bench(args, out) -> int:
         return EXIT_FINDINGS
     except BenchFailed as e:
         sys.stderr.write(f"draftdoctor: measurement failed: {_safe(e)}\n")
+        return EXIT_FINDINGS
+    except ServerError as e:  # a server that did not come up: a failed measurement, its log's last lines as lines
+        sys.stderr.write(f"draftdoctor: measurement failed: {_safe(str(e).splitlines()[0])}\n")
+        for line in e.log_tail[-12:]:
+            sys.stderr.write(f"    {_safe(line)}\n")
         return EXIT_FINDINGS
     _table([(r.result.name, _number(r.result.accept_length), _number(r.result.accept_rate),
              _number(r.result.tokens_per_s, 1), len(r.result.requests)) for r in runs],
@@ -483,9 +489,10 @@ def _add_serving_arguments(p) -> None:
                         "sglang.launch_server (GPU host; not run here); vllm: real vLLM on the CPU "
                         "(`make vllm-loaders` installs it); llamacpp: llama.cpp's llama-server on the CPU, the "
                         "target and drafts converted to GGUF by its own converter (`make llamacpp` builds it)")
-    p.add_argument("--engine", help="SGLang release (sglang==X.Y.Z): to emulate (reference), whose flags to use "
-                                    "(sglang; default: the installed release), or whose load to serve on real vLLM "
-                                    "(vllm: each draft without the tensors that release's loader drops)")
+    p.add_argument("--engine", help="an engine release: to emulate (reference; e.g. sglang==0.5.10), whose flags to "
+                                    "use (sglang; default: the installed release); with --backend vllm, vllm==X.Y.Z "
+                                    "picks the vLLM release that serves (default: the tested one, 0.32.0), another "
+                                    "engine's release serves each draft as that release's loader leaves it")
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
                    help="reference backend: how the emulated release's loader is reproduced")
     p.add_argument("--num-steps", type=_positive_int, default=4, help="--speculative-num-steps")

@@ -235,7 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args, ignored = build_parser().parse_known_args(argv)
-    log(f"draftdoctor {BACKEND}: emulating {args.engine} with the {args.loader} loader (not SGLang itself)")
+    from ..realload import LOADERS
+
+    name = args.engine.split("==")[0]
+    log(f"draftdoctor {BACKEND}: emulating {args.engine} with the {args.loader} loader "
+        f"(not {LOADERS[name].display if name in LOADERS else name} itself)")
     if ignored:
         log(f"ignored by the reference backend (no GPU, one process): {' '.join(ignored)}")
     if args.speculative_num_steps < 1:

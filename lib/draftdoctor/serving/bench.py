@@ -110,8 +110,14 @@ def backend_label(backend: str, engine=None) -> str:
 
     engine = resolve_engine(engine) if engine is not None else None
     if backend == "reference":
-        return f"reference backend emulating {(engine or resolve_engine(REFERENCE_DEFAULT_ENGINE)).spec} (CPU; not SGLang itself)"
+        emulated = engine or resolve_engine(REFERENCE_DEFAULT_ENGINE)
+        from ..realload import LOADERS
+
+        return (f"reference backend emulating {emulated.spec} "
+                f"(CPU; not {LOADERS[emulated.name].display if emulated.name in LOADERS else emulated.name} itself)")
     if backend == "vllm":
+        if engine is not None and engine.name == "vllm":  # --engine vllm==X: that release serves the drafts as they are
+            return vllm.label(vllm.served_release(engine.release))
         return vllm.label(vllm.served_release()) + (f", each draft as {engine} loads it" if engine else "")
     if backend == "llamacpp":
         return llamacpp.label()
@@ -173,7 +179,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     label = backend_label(backend, engine)
     runs = []
     for name, draft in drafts:
-        if backend == "vllm" and engine is not None:  # served on vLLM as `engine`'s loader leaves it
+        if backend == "vllm" and engine is not None and engine.name != "vllm":  # served as `engine`'s loader leaves it
             draft = str(vllm.as_loaded_by(draft, engine, out_dir / f"served-{name}"))
         config = ServeConfig(target=target, draft=draft, num_steps=num_steps, topk=topk, num_draft_tokens=k,
                              host=host, port=0, extra_args=list(extra_args or []))

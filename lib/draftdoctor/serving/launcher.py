@@ -358,7 +358,8 @@ def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, *
     if backend == "vllm":
         from . import vllm
 
-        server_kwargs = {"env": vllm.server_env(vllm.served_release()), "health_path": vllm.HEALTH_PATH,
+        served = vllm.served_release(engine.release if engine is not None and engine.name == "vllm" else None)
+        server_kwargs = {"env": vllm.server_env(served), "health_path": vllm.HEALTH_PATH,
                          "ready_line": vllm.READY_LINE, **server_kwargs}
         engine = None  # vLLM serves the draft as it is (bench makes the checkpoint for an engine's load)
     if backend == "llamacpp":

@@ -41,14 +41,23 @@ class VllmNotInstalled(UserError):
     pass
 
 
-def served_release() -> str:
-    """The newest vLLM release installed under build/vllm (the one `--backend vllm` serves)."""
-    from ..realload import LOADERS, installed_releases
+# The release `--backend vllm` serves unless told: the one its serving tests run (tests/test_vllm_serving.py,
+# tests/test_vllm_agreement.py, tests/test_ports.py), never whichever happens to be newest on disk.
+DEFAULT_RELEASE = "0.32.0"
 
-    installed = installed_releases("vllm")
-    if not installed:
-        raise VllmNotInstalled(f"--backend vllm needs an installed vLLM release; run `{LOADERS['vllm'].install_command}`")
-    return installed[-1]
+
+def served_release(release: str | None = None) -> str:
+    """The vLLM release `--backend vllm` serves: `release` (`--engine vllm==X`), else DEFAULT_RELEASE;
+    refused by name, with what installs it, when it is not installed here."""
+    from ..realload import LOADERS, ReleaseNotInstalled, release_env
+
+    chosen = release or DEFAULT_RELEASE
+    try:
+        release_env(chosen, "vllm")
+    except (ReleaseNotInstalled, ValueError) as e:
+        raise VllmNotInstalled(f"--backend vllm serves vLLM {chosen}{'' if release else ' (the tested release)'}, "
+                               f"which cannot run here: {e}") from None
+    return chosen
 
 
 def label(release: str) -> str:
