@@ -113,3 +113,44 @@ def test_a_refused_fix_leaves_the_measured_draft_explained(tmp_path):
     assert "the draft runs but predicts little" in report["before"]["explanation"]
     assert "the fix was refused (weights-at-init" in proc.stdout
     assert "## Verdict" in (tmp_path / "run" / "report.md").read_text()
+
+
+FORGED = ('x\n\n## Verdict\n\nAccept length 1&#46;00 before, 4.00 after\n\n<img src="https://example.invalid/b.png">'
+          '\n\n<!--.weight')
+
+
+def test_names_from_a_checkpoint_cannot_write_markdown_into_the_report(tmp_path):
+    """Reliability III item 5: a tensor whose name carries Markdown and HTML, quoted by vLLM's unknown-key
+    error into the verdict: report.md shows it as text (one Verdict section, no image, no comment)."""
+    import numpy as np
+
+    from draftdoctor.synth import sloppy_convert, write_safetensors
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.synth import NUMPY_DTYPES
+
+    src = open_checkpoint(ROOT / "data" / "demo" / "draft-speculators")
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    tensors = {n: np.frombuffer(t.read(), dtype=NUMPY_DTYPES[t.dtype]).reshape(t.shape) for n, t in src.tensors.items()}
+    write_safetensors(folder / "model.safetensors", tensors | {FORGED: np.zeros(4, dtype=np.float32)})
+    (folder / "config.json").write_text((ROOT / "data" / "demo" / "draft-speculators" / "config.json").read_text())
+    demo = ROOT / "data" / "demo"
+    (tmp_path / "p.yaml").write_text(
+        f"checkpoint: {folder}\ntarget: {demo / 'target'}\nprompts: {demo / 'prompts.jsonl'}\nengine: vllm\n"
+        "release: '0.32.0'\nloader: replay\nbackend: reference\nnum_prompts: 2\nmax_new_tokens: 8\nnum_steps: 4\n")
+    [result] = investigate(tmp_path / "p.yaml", tmp_path / "run")
+    text = (tmp_path / "run" / "report.md").read_text()
+    assert "Accept length 1" in text  # the name is in the report, as text
+    assert text.count("## Verdict") <= 1 and "\n## Verdict\n\nAccept" not in text
+    assert "<img" not in text and "<!--" not in text and "&#46;" not in text
+
+
+def test_a_batch_summary_shows_verdicts_as_text(tmp_path):
+    from draftdoctor.investigate import RunResult
+    from draftdoctor.report import write_summary
+
+    result = RunResult("run", tmp_path / "run", report={"coverage_before": {"verdict": FORGED}}, error=FORGED)
+    write_summary(tmp_path, [result])
+    text = (tmp_path / "summary.md").read_text()
+    assert len(text.strip().splitlines()) == 5  # title, blank, header, rule, one row: no line a name could add
+    assert "<img" not in text and "<!--" not in text and "## Verdict" not in text.split("|", 1)[1].replace("\\#", "")

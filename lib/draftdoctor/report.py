@@ -9,8 +9,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import html
+import re
+
 from . import runs
 from .explain import same_draft
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!|~])")
+
+
+def md(value) -> str:
+    """`value` as literal text in Markdown: what a checkpoint, a config or an engine's message put in a
+    report (a tensor name, a verdict quoting it, a log line) renders as itself. Control characters are
+    escaped (a newline cannot start a section), HTML cannot open a tag, comment or entity, and Markdown
+    punctuation cannot make a link, an image, emphasis or a table cell."""
+    text = str(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return _MARKDOWN.sub(r"\\\1", html.escape(text, quote=False))
 
 
 def _coverage_numbers(doc: dict | None) -> dict | None:
@@ -87,7 +103,7 @@ def outcome(data: dict) -> list[str]:
 def _md_coverage(title: str, cov: dict | None) -> list[str]:
     if not cov:
         return [f"**{title}:** not measured", ""]
-    return [f"**{title}** ({cov['engine']}, {cov['loader']} loader): {cov['verdict']}", "",
+    return [f"**{title}** ({md(cov['engine'])}, {md(cov['loader'])} loader): {md(cov['verdict'])}", "",
             "| parameters | left at init | bytes left at init | keys | keys dropped |", "|---|---|---|---|---|",
             f"| {cov['params_total']} | {cov['params_uninitialized']} | {cov['bytes_uninitialized']:,} of "
             f"{cov['bytes_total']:,} | {cov['keys_total']} | {cov['keys_dropped']} |", ""]
@@ -101,30 +117,30 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
     """Write report.json and report.md into `out_dir`; return the report.json data."""
     data = report_data(out_dir, params, error)
     (out_dir / "report.json").write_text(json.dumps(data, indent=1))
-    lines = [f"# draftdoctor investigation: {data['name']}", "", f"checkpoint: `{data['checkpoint']}`  ",
-             f"layout: {data['layout'] or '–'}; engine: {data['engine'] or '–'}", ""]
+    lines = [f"# draftdoctor investigation: {md(data['name'])}", "", f"checkpoint: {md(data['checkpoint'])}  ",
+             f"layout: {md(data['layout'] or '–')}; engine: {md(data['engine'] or '–')}", ""]
     if error:
-        lines += [f"> **The investigation stopped:** {error}", ""]
+        lines += [f"> **The investigation stopped:** {md(error)}", ""]
     before, after = data["before"], data["after"]
     if before or after:
         run = before or after
-        lines += ["## Verdict", "", *(f"- {line}" for line in outcome(data)), "",
-                  f"Measured on {run.get('backend_label') or (run.get('backend') or 'reference') + ' backend'}.", ""]
+        lines += ["## Verdict", "", *(f"- {md(line)}" for line in outcome(data)), "",
+                  f"Measured on {md(run.get('backend_label') or (run.get('backend') or 'reference') + ' backend')}.", ""]
     elif data["fix_refused"]:
-        lines += ["## Verdict", "", *(f"- {line}" for line in outcome(data)), ""]
+        lines += ["## Verdict", "", *(f"- {md(line)}" for line in outcome(data)), ""]
     lines += ["## Load coverage", ""] + _md_coverage("Before", data["coverage_before"])
     if data["coverage_figure"]:
         lines += [f"![load coverage before the fix]({data['coverage_figure']})", ""]
     lines += _md_coverage("After the fix", data["coverage_after"])
     fix = data["fix"]
     if fix and fix.get("refused"):
-        lines += ["## Fix", "", f"{fix['refused'][0].upper()}{fix['refused'][1:]}", ""]
+        lines += ["## Fix", "", md(f"{fix['refused'][0].upper()}{fix['refused'][1:]}"), ""]
     elif fix:
-        verified = "verified" if fix.get("ok") else "NOT verified: " + "; ".join(fix["verification"]["problems"])
-        lines += ["## Fix", "", f"Wrote `{fix.get('dst')}`: {fix.get('tensors_renamed', 0)} tensors renamed, "
+        verified = "verified" if fix.get("ok") else "NOT verified: " + md("; ".join(fix["verification"]["problems"]))
+        lines += ["## Fix", "", f"Wrote {md(fix.get('dst'))}: {fix.get('tensors_renamed', 0)} tensors renamed, "
                   f"{fix.get('bytes_copied', 0):,} bytes copied in {_fmt(fix.get('seconds'), 2)} s, {verified}.", ""]
         for change in fix.get("config_changes", []):
-            lines.append(f"- config `{change['field']}`: {change['reason']}")
+            lines.append(f"- config {md(change['field'])}: {md(change['reason'])}")
         lines.append("")
     if before or after:
         lines += ["## Acceptance", "", "| run | accept length | strict accept rate | tokens/s |", "|---|---|---|---|"]
@@ -140,7 +156,7 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
                   "| backend | accept length before | after |", "|---|---|---|"]
         for first, second in ((before, after), data["compared"]):
             label = first.get("backend_label") or first.get("backend")
-            lines.append(f"| {label} | {_fmt(first['accept_length'])} | {_fmt(second['accept_length'])} |")
+            lines.append(f"| {md(label)} | {_fmt(first['accept_length'])} | {_fmt(second['accept_length'])} |")
         lines.append("")
         if (out_dir / "backends.png").exists():
             lines += ["![the two backends side by side](backends.png)", ""]
@@ -161,7 +177,7 @@ def write_summary(out: Path, results) -> None:
     lines = ["# draftdoctor batch summary", "", "| checkpoint | verdict before | accept length before | after | status |",
              "|---|---|---|---|---|"]
     for row in rows:
-        status = "failed: " + row["error"].splitlines()[0] if row["error"] else "ok"
-        lines.append(f"| [{row['name']}]({row['name']}/report.md) | {row['verdict'] or '–'} | "
+        status = "failed: " + md(row["error"].splitlines()[0]) if row["error"] else "ok"
+        lines.append(f"| [{md(row['name'])}]({row['name']}/report.md) | {md(row['verdict'] or '–')} | "
                      f"{_fmt(row['accept_length_before'])} | {_fmt(row['accept_length_after'])} | {status} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
