@@ -91,3 +91,46 @@ def test_the_session_sees_what_its_tests_leave_running():
     while orphan in [pid for pid, _ in session_processes()] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert orphan not in [pid for pid, _ in session_processes()]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_interrupted_bench_stops_at_once(tmp_path, signum, concurrency):
+    """Reliability III item 6: Ctrl-C or SIGTERM while bench sends its prompts stops it within seconds
+    (it had waited for the requests in flight and then run every queued prompt), its server too."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time there was a little draft model\n" * 2000)
+    proc = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "bench", "--target", DEMO / "target", "--draft",
+                             f"d={DEMO / 'draft-story'}", "--out", tmp_path / "out", "--prompts", prompts,
+                             "--concurrency", str(concurrency)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while "d: 1/2000 requests" not in (line := proc.stderr.readline()):
+            assert line, "bench ended before its first request"
+        marker = str(tmp_path / "out")
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == 128 + signum
+        assert time.monotonic() - sent < 10
+        assert "Traceback" not in proc.stderr.read()
+        assert gone("draftdoctor.reference.server") or not any(marker in open(f"/proc/{p}/cmdline").read()
+                                                                for p in processes_with("draftdoctor.reference.server"))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("when", ["after the package import", "after the command's imports", "while parsing"])
+def test_ctrl_c_while_the_command_starts_is_one_line(when):
+    """Ctrl-C while the command imports and parses its arguments (it had given a traceback): one line,
+    exit 130. The signal is sent by the process itself at each point, so the test is exact."""
+    steps = {"after the package import": "import draftdoctor; interrupt(); from draftdoctor.cli import entry",
+             "after the command's imports": "from draftdoctor.cli import entry; interrupt()",
+             "while parsing": "from draftdoctor import cli; cli.build_parser = interrupting(cli.build_parser); "
+                              "from draftdoctor.cli import entry"}
+    code = ("import os, signal, sys; sys.argv = ['draftdoctor', 'inspect', %r]\n"
+            "def interrupt(): os.kill(os.getpid(), signal.SIGINT)\n"
+            "def interrupting(f): return lambda *a, **k: (interrupt(), f(*a, **k))[1]\n"
+            "%s\nentry()\n") % (str(DEMO / "draft-story"), steps[when])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "draftdoctor: interrupted\n")

@@ -6,10 +6,17 @@ input or arguments.
 
 from __future__ import annotations
 
+import signal
+import sys
+
+from . import _interrupted_early
+
+if __name__ == "__main__":  # `python -m draftdoctor.cli`; the console script's package import did it already
+    signal.signal(signal.SIGINT, _interrupted_early)
+
 import argparse
 import gc
 import json
-import sys
 from itertools import chain, repeat
 
 from .errors import UserError
@@ -624,8 +631,6 @@ def _terminate(signum, frame):
 
 
 def main(argv=None) -> int:
-    import signal
-
     from .toolstate import keep_out_of_home
 
     keep_out_of_home()
@@ -635,6 +640,7 @@ def main(argv=None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _terminate)
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, Ctrl-C unwinds (servers stopped)
         return args.run(args, sys.stdout)
     except UserError as e:
         sys.stderr.write(f"draftdoctor: error: {_safe(e)}\n")

@@ -186,12 +186,24 @@ def run_bench(base_url: str, prompts: list[str], name: str = "draft", max_new_to
     """
     results: list[RequestResult | None] = [None] * len(prompts)
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        futures = {pool.submit(generate, base_url, p, max_new_tokens, timeout): i for i, p in enumerate(prompts)}
-        for done, future in enumerate(futures, 1):
-            results[futures[future]] = future.result()
+    if concurrency <= 1:  # in this thread: Ctrl-C or SIGTERM interrupts the request in flight at once
+        for done, prompt in enumerate(prompts, 1):
+            results[done - 1] = generate(base_url, prompt, max_new_tokens, timeout)
             if progress:
                 progress(done, len(prompts))
+    else:
+        # Not `with ThreadPoolExecutor`: on an interrupt it would wait for the requests in flight and then
+        # run every queued one. Queued requests are cancelled and the caller stops the server at once,
+        # which ends the ones in flight.
+        pool = ThreadPoolExecutor(max_workers=concurrency)
+        try:
+            futures = {pool.submit(generate, base_url, p, max_new_tokens, timeout): i for i, p in enumerate(prompts)}
+            for done, future in enumerate(futures, 1):
+                results[futures[future]] = future.result()
+                if progress:
+                    progress(done, len(prompts))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
     wall = time.perf_counter() - start
     return BenchResult(name=name, requests=results, wall_s=wall, num_draft_tokens=num_draft_tokens,
                        server_info=server_info(base_url))
