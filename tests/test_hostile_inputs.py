@@ -97,13 +97,18 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         (root / "p.jsonl").write_text("[" * 100_000 + "\n")
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
                 root / "p.jsonl"], "p.jsonl:1"
+    if kind == "weights-link-loop":
+        folder = root / "loop"
+        folder.mkdir()
+        (folder / "model.safetensors").symlink_to("model.safetensors")
+        return ["inspect", folder], "Too many levels of symbolic links"
     raise AssertionError(kind)
 
 
 KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nesting", "huge-config", "params-dev-zero",
          "deep-params", "zero-heads", "infinite-hidden", "string-aux-ids", "eagle-config-list", "port-out-of-range",
          "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes",
-         "prompts-dev-zero", "deep-prompt"]
+         "prompts-dev-zero", "deep-prompt", "weights-link-loop"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

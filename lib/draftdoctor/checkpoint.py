@@ -213,6 +213,8 @@ def read_header(path: Path) -> ShardHeader:
         raise CheckpointError(path, "permission denied") from None
     except FileNotFoundError:
         raise CheckpointError(path, "no such file") from None
+    except OSError as e:  # a link loop, an I/O error, a name too long
+        raise CheckpointError(path, e.strerror or str(e)) from None
     try:
         # orjson: 1.6x the standard parser on these headers; it checks UTF-8 itself
         header = orjson.loads(raw) if orjson else json.loads(raw)

@@ -650,6 +650,10 @@ def main(argv=None) -> int:
         return 128 + e.args[0] if isinstance(e, _Terminated) else 130
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as e:  # the file system refused something not caught where it happened: still one line
+        where = f"{e.filename}: " if e.filename else ""
+        sys.stderr.write(f"draftdoctor: error: {_safe(where)}{_safe(e.strerror or e)}\n")
+        return EXIT_UNUSABLE
 
 
 def entry() -> None:
