@@ -97,6 +97,16 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         (root / "p.jsonl").write_text("[" * 100_000 + "\n")
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
                 root / "p.jsonl"], "p.jsonl:1"
+    if kind == "params-alias-bomb":  # nine levels of aliases: 10^9 strings once expanded
+        lines = ['a0: &a0 ["x"]'] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+        (root / "p.yaml").write_text("\n".join(lines) + f"\ncheckpoint: {good}\nengine: *a9\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "aliases"
+    if kind.startswith("params-wrong-"):
+        field, value = {"params-wrong-checkpoint": ("checkpoint", "[1, 2]"), "params-wrong-target": ("target", "{a: 1}"),
+                        "params-wrong-engine": ("engine", "[x]")}[kind]
+        body = {"checkpoint": str(good), "target": str(DEMO / "target"), "engine": "sglang"} | {field: None}
+        (root / "p.yaml").write_text("".join(f"{k}: {value if k == field else v}\n" for k, v in body.items()))
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], f"`{field}` must be a str"
     if kind == "weights-link-loop":
         folder = root / "loop"
         folder.mkdir()
@@ -108,7 +118,8 @@ def build(kind: str, root: Path) -> tuple[list, str]:
 KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nesting", "huge-config", "params-dev-zero",
          "deep-params", "zero-heads", "infinite-hidden", "string-aux-ids", "eagle-config-list", "port-out-of-range",
          "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes",
-         "prompts-dev-zero", "deep-prompt", "weights-link-loop"]
+         "prompts-dev-zero", "deep-prompt", "weights-link-loop", "params-alias-bomb", "params-wrong-checkpoint",
+         "params-wrong-target", "params-wrong-engine"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -57,7 +57,7 @@ def load_params(path) -> list[dict]:
             raw = f.read(MAX_JSON_BYTES + 1)
         if len(raw) > MAX_JSON_BYTES:
             raise ParamsError(f"{path}: larger than {MAX_JSON_BYTES >> 20} MB; not a parameters file")
-        params = yaml.safe_load(raw.decode("utf-8"))
+        params = yaml.load(raw.decode("utf-8"), Loader=_no_alias_loader())
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such file") from None
     except (IsADirectoryError, CheckpointError):
@@ -82,6 +82,7 @@ def load_params(path) -> list[dict]:
         if "checkpoint" not in entry:
             raise ParamsError(f"{path}: every entry of `checkpoints` needs a checkpoint path")
         run = {**params, **entry}
+        _check_types(path, run)
         for key in ("checkpoint", "target", "prompts"):
             if isinstance(run.get(key), str) and run[key] and not Path(run[key]).is_absolute():
                 run[key] = str((base / run[key]).resolve())
@@ -94,6 +95,43 @@ def load_params(path) -> list[dict]:
     if len(set(names)) != len(names):
         raise ParamsError(f"{path}: run names must differ (got {names}); give each checkpoint a `name`")
     return runs
+
+
+def _no_alias_loader():
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """YAML without aliases: `*name` re-uses an anchored node, and nine levels of them expand a few
+        lines into billions of values (papermill would expand them all); a parameters file needs none."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted in a parameters "
+                                                  "file", event.start_mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+# What each parameter the notebooks take must be (YAML gives whatever it reads): checked before anything
+# runs, so a list where a path belongs is one line naming the field, not a traceback in a notebook.
+PARAM_TYPES = {"checkpoint": str, "target": str, "prompts": str, "engine": str, "release": (str, int, float),
+               "loader": str, "backend": str, "name": str, "compare_backend": str, "fixed_checkpoint": str,
+               "num_prompts": int, "max_new_tokens": int, "num_steps": int, "allow_lossy": bool, "interactive": bool}
+
+
+def _check_types(path: Path, run: dict) -> None:
+    """Each known parameter of `run` of its type (a release YAML read as a number becomes its text)."""
+    for key, value in run.items():
+        wanted = PARAM_TYPES.get(key)
+        if wanted is None or value is None:
+            continue
+        if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+            names = "/".join(t.__name__ for t in (wanted if isinstance(wanted, tuple) else (wanted,)))
+            raise ParamsError(f"{path}: `{key}` must be a {names}, got {type(value).__name__} {str(value)[:60]!r}")
+    if "release" in run and not isinstance(run["release"], str) and run["release"] is not None:
+        run["release"] = str(run["release"])
 
 
 def run_step(step: str, params: dict, out_dir: Path, cell_timeout: float, notebooks: Path = NOTEBOOKS_DIR) -> Path:
