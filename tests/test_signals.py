@@ -134,3 +134,17 @@ def test_ctrl_c_while_the_command_starts_is_one_line(when):
             "%s\nentry()\n") % (str(DEMO / "draft-story"), steps[when])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr) == (130, "draftdoctor: interrupted\n")
+
+
+def test_serve_on_every_interface_says_what_it_exposes(tmp_path):
+    """Reliability III item 14: `serve --host 0.0.0.0` binds every interface; it says so before starting."""
+    proc = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "serve", "--model-path", DEMO / "target",
+                             "--speculative-draft-model-path", DEMO / "draft-story", "--log", tmp_path / "s.log",
+                             "--host", "0.0.0.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        warning = proc.stderr.readline()
+        assert warning.startswith("draftdoctor: warning: --host 0.0.0.0 listens on every network interface")
+        assert "no authentication" in warning
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)

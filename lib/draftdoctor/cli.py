@@ -329,6 +329,12 @@ def cmd_serve(args, out) -> int:
         raise _UsageError(f"--log {args.log}: is a folder; give a file name")
     config = _serve_config(args)
     engine, label = _serving_engine(args)
+    exposed = _beyond_loopback(args.host)
+    if exposed:
+        sys.stderr.write(f"draftdoctor: warning: --host {_safe(args.host)} listens on {exposed}: anyone who can reach "
+                         "this machine there can send the server requests"
+                         + (" (the reference server has no authentication)" if args.backend == "reference" else "")
+                         + "; the kit's default is 127.0.0.1\n")
     sys.stderr.write(f"starting {label}; log: {args.log}\n")
     server = serve(args.backend, config, args.log, engine=engine, loader=args.loader,
                    ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
@@ -473,6 +479,20 @@ def _port(text: str) -> int:
     if not 1 <= value <= 65535:
         raise ValueError(text)
     return value
+
+
+def _beyond_loopback(host: str) -> str | None:
+    """What a server bound to `host` is reachable from, when that is more than this machine: None for a
+    loopback address."""
+    import ipaddress
+    import socket
+
+    addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    if all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        return None
+    if any(ipaddress.ip_address(a.split("%")[0]).is_unspecified for a in addresses):
+        return "every network interface"
+    return f"{', '.join(sorted(addresses))}, not loopback"
 
 
 def _host(text: str) -> str:
