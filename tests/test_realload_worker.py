@@ -136,3 +136,25 @@ def test_check_runs_the_real_loader_by_default_where_the_release_is_installed(dr
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "check", str(draft), "--engine", "sglang==0.5.12",
                            "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
     assert json.loads(proc.stdout)["loader"] == "replay"  # 0.5.12 is not installed here: the replay answers
+
+
+def test_a_busy_worker_is_never_stopped_to_make_room(tmp_path, monkeypatch):
+    """Reliability III item 9: with no room for another worker, the least recently used one goes only if
+    no check is using it; while one is, the new release's check runs cold and says the same."""
+    require_release(RELEASE)
+    require_release("0.5.23")
+    monkeypatch.setattr(realload, "MAX_WORKERS", 1)
+    story = write_draft(tmp_path / "d", layout="speculators", config="flat")
+    first = run_real_loader(story, RELEASE)  # a worker for 0.5.10
+    [pid] = worker_pids()
+    try:
+        with realload._in_use(realload._worker_paths("sglang", RELEASE)[1]):  # a check is using it
+            other = run_real_loader(story, "0.5.23")
+            assert worker_pids() == [pid], "the busy worker was stopped"
+            assert not realload._worker_paths("sglang", "0.5.23")[0].exists(), "0.5.23 ran cold, no worker"
+        run_real_loader(story, "0.5.23")  # now idle: it makes room
+        assert worker_pids() == []
+        assert written(first) and written(other)
+    finally:
+        stop_worker("sglang", "0.5.23")
+        stop_worker("sglang", RELEASE)

@@ -333,7 +333,7 @@ def _start_worker(engine, release, timeout: float):
         if conn is not None:
             return conn
         _clear(sock)  # a worker that died left it behind
-        _make_room(sock.parent)
+        _make_room(sock.parent, keep=pid_file)
         command, env = _child(engine, release, ["--serve", str(sock), "--idle-timeout", str(WORKER_IDLE_S)])
         # the worker's temporary files go to a folder of its own, removed with it: a killed worker leaves none
         scratch = sock.with_suffix(".tmp")
@@ -364,15 +364,48 @@ def _start_worker(engine, release, timeout: float):
         raise RealLoaderTimeout(f"{engine} {release} real loader did not start within {timeout:g} s")
 
 
-def _make_room(folder: Path) -> None:
-    """Stop the least recently used workers until one more fits under MAX_WORKERS."""
-    alive = sorted(folder.glob("*.pid"), key=lambda p: p.stat().st_mtime)
-    for pid_file in alive[:max(0, len(alive) - MAX_WORKERS + 1)]:
-        _kill(pid_file)
+class NoRoomForWorker(RealLoaderError):
+    """Every worker that would have to go to make room is answering a check: none is stopped, and this
+    check runs cold instead."""
+
+
+def _in_use(pid_file: Path):
+    """A shared lock on the worker's `.busy` file, held by a caller from before it connects until its
+    answer is read: a worker so held is answering (or about to answer) someone, and is never stopped."""
+    busy = pid_file.with_suffix(".busy")
+    if os.path.lexists(busy) and not stat.S_ISREG(os.lstat(busy).st_mode):
+        _clear(busy)
+    handle = os.fdopen(_open_private(busy, os.O_RDWR), "r+b")
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    return handle
+
+
+def _make_room(folder: Path, keep: Path) -> None:
+    """Stop the least recently used idle workers until one more fits under MAX_WORKERS; a busy one is never
+    stopped (NoRoomForWorker when too few are idle)."""
+    alive = sorted((p for p in folder.glob("*.pid") if p != keep), key=lambda p: p.stat().st_mtime)
+    needed = max(0, len(alive) - MAX_WORKERS + 1)
+    for pid_file in alive:
+        if not needed:
+            return
+        try:
+            with os.fdopen(_open_private(pid_file.with_suffix(".busy"), os.O_RDWR), "r+b") as busy:
+                fcntl.flock(busy, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no caller holds it: idle
+                _kill(pid_file)
+        except (BlockingIOError, OSError):
+            continue  # busy (or its file is not ours to take): left alone
+        needed -= 1
+    if needed:
+        raise NoRoomForWorker(f"{MAX_WORKERS} real-loader workers are answering checks")
 
 
 def _worker_call(release, request: dict, timeout: float, engine: str):
     started = time.monotonic()
+    with _in_use(_worker_paths(engine, release)[1]):
+        return _ask_worker(release, request, timeout, engine, started)
+
+
+def _ask_worker(release, request: dict, timeout: float, engine: str, started: float):
     conn = _start_worker(engine, release, timeout)
     with contextlib.suppress(FileNotFoundError):
         os.utime(_worker_paths(engine, release)[1])  # recently used
@@ -408,7 +441,7 @@ def _kill(pid_file: Path) -> None:
             os.killpg(pid, signal.SIGKILL)
     except (OSError, ValueError):  # gone, not a number, a folder where the file was
         pass
-    for path in (sock, pid_file, sock.with_suffix(".tmp")):
+    for path in (sock, pid_file, sock.with_suffix(".tmp")):  # `.busy` stays: callers may hold its lock
         _clear(path)
 
 
@@ -449,8 +482,8 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
         try:
             return _worker_call(release, {"checkpoints": paths, "device": device, "target_config": target}, timeout,
                                 engine)
-        except WorkerPlaceUnsafe:
-            pass  # no worker where another user could answer for it: this check runs cold
+        except (WorkerPlaceUnsafe, NoRoomForWorker):
+            pass  # no worker where another user could answer for it, or no room: this check runs cold
     return _run_child(release, ["--device", device, *(["--target-config", target] if target else []), *paths],
                       timeout, engine)
 
