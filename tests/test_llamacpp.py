@@ -96,3 +96,19 @@ def test_reference_backend_agrees_with_llamacpp(built, tmp_path):
     short = compare_with_llamacpp(DEMO / "target", DEMO / "draft-speculators", ids, tmp_path, max_new_tokens=5)
     assert short.real.per_position[3] == short.reference.per_position[3] == 0.0 and short.real.per_position[2] > 0
     assert short.length_gap <= 0.1 and short.position_gap <= 0.05, (short.reference, short.real)
+
+
+def test_a_target_passed_as_the_draft_is_refused_in_seconds(built):
+    """Reliability III item 8: llama.cpp's converter reads a full Llama model as a model of its own, and
+    llama-server would serve it (the check ran until its 120 s time-out, then printed a squashed
+    traceback): it is refused at once, as the replay refuses it, one verdict."""
+    import time
+
+    from draftdoctor.diagnose import check
+
+    started = time.monotonic()
+    real = check(DEMO / "target", "llamacpp==0.3.36", loader="real")
+    assert time.monotonic() - started < 60
+    assert real.loader == "real" and "not an EAGLE-3 draft" in real.verdict
+    assert {f.code for f in real.errors} & {f.code for f in check(DEMO / "target", "llamacpp==0.3.36").errors} \
+        >= {"loader-crash"}

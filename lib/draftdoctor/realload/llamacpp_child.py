@@ -200,6 +200,14 @@ def check(draft: Path, target_config: dict | None, scratch: Path) -> dict:
     recorder, failure = convert(draft, target, out)
     timings["convert"] = round(time.perf_counter() - started, 3)
     tensors, shapes, metadata = [], {}, {}
+    if failure is None and not getattr(recorder.model, "is_eagle3", False):
+        # converted as a model of its own (a target passed as the draft): llama-server would load and serve
+        # it, not refuse it, so its load is not asked (it had run until the check's time-out)
+        failure = {"stage": "build", "type": "NotAnEagle3Draft", "key": None, "origin": "convert_hf_to_gguf.py",
+                   "traceback": "", "message": f"convert_hf_to_gguf.py converted it as a plain "
+                   f"{type(recorder.model).__name__}, not an EAGLE-3 draft (it treats a config as a draft only with "
+                   "draft_vocab_size and one decoder layer): llama-server would serve it as a model of its own"}
+        return report(draft_config, failure, [], [], timings, metadata, [])
     if failure is None:
         reader = GGUFReader(str(out))
         tensors = [t.name for t in reader.tensors]
