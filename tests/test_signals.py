@@ -148,3 +148,87 @@ def test_serve_on_every_interface_says_what_it_exposes(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_cold_real_check_takes_its_child_and_files_with_it(tmp_path, signum):
+    """Reliability III item 10: killing a cold real check (no warm worker) ends its child too (it had
+    grown on, orphaned); its temporary folder goes with it (SIGTERM) or with the next cold check (SIGKILL)."""
+    from conftest import require_release
+
+    require_release("0.5.10")
+    state = tmp_path / "state"
+    env = dict(os.environ, DRAFTDOCTOR_REALLOAD_WORKER="0", DRAFTDOCTOR_REALLOAD_STATE=str(state))
+    command = [sys.executable, "-m", "draftdoctor.cli", "check", DEMO / "draft-story", "--engine", "sglang==0.5.10",
+               "--loader", "real"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (child := _children(proc.pid)):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(1.0)  # the child is importing SGLang
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == (-9 if signum == signal.SIGKILL else 128 + signum)
+        deadline = time.monotonic() + 15
+        while _alive(child[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child[0]), "the cold child outlived its caller"
+    finally:
+        proc.kill()
+        proc.wait()
+    left = list(state.glob("cold-*"))
+    if signum == signal.SIGTERM:
+        assert left == []
+    else:
+        assert left, "the killed caller could not remove it"
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 1 and "decoder layer" in again.stdout, again.stderr
+        assert list(state.glob("cold-*")) == []
+
+
+def test_an_interrupted_conversion_leaves_nothing_in_the_cache(tmp_path):
+    """A partial GGUF of a conversion that was stopped is removed, now or, if its process was killed,
+    by the next conversion (the CLI had said 'anything half-written was removed' while it stayed)."""
+    import shutil
+
+    from draftdoctor.serving import llamacpp
+
+    try:
+        llamacpp.require()
+    except llamacpp.LlamacppNotInstalled as e:
+        pytest.skip(str(e))
+    target = Path(shutil.copytree(DEMO / "target", tmp_path / "target"))
+    (target / "generation_config.json").write_text("{}")  # another fingerprint: a fresh conversion
+    stale = llamacpp.GGUF_CACHE / "left-by-a-killed-run.partial-999999999"
+    llamacpp.GGUF_CACHE.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"half")
+    proc = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "bench", "--backend", "llamacpp", "--target",
+                             target, "--draft", f"d={DEMO / 'draft-speculators'}", "--out", tmp_path / "out"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not set(processes_with("convert_hf_to_gguf.py")) & set(processes_with(str(target))):  # converting
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not stale.exists()
+    assert list(llamacpp.GGUF_CACHE.glob(f"{target.name}-*.partial-*")) == []

@@ -656,9 +656,8 @@ def main(argv=None) -> int:
     keep_out_of_home()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    if args.run in (cmd_serve, cmd_bench, cmd_investigate):  # commands that start servers or kernels
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, _terminate)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does: servers stopped, temporary folders removed
+        signal.signal(signum, _terminate)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, Ctrl-C unwinds (servers stopped)
         return args.run(args, sys.stdout)

@@ -207,17 +207,48 @@ def _broken(engine, release, tail) -> "RealLoaderCrashed":
                              f"`{LOADERS[engine].install_command}`; if it persists the adapter needs updating):\n{tail}")
 
 
+def _cold_scratch() -> Path:
+    """A private folder for one cold child's temporary files (its TMPDIR: converted GGUFs, stand-in
+    targets, its gloo store), under the workers' state folder; the caller removes it. Folders left by
+    callers that were killed (their pid in the name no longer runs) are removed first."""
+    state = _private(worker_state())
+    for stale in state.glob("cold-*"):
+        pid = stale.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = state / f"cold-{os.getpid()}-{os.urandom(4).hex()}"
+    folder.mkdir(mode=0o700)
+    return folder
+
+
 def _run_child(release, args, timeout, engine: str = "sglang"):
-    """A fresh child process for one batch (the cold path)."""
+    """A fresh child process for one batch (the cold path): it dies with its caller, whatever kills that,
+    and its temporary files are removed with it."""
+    from .common import die_with_parent
+
     command, env = _child(engine, release, args)
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: gloo may have helpers
-        proc.communicate()
-        raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
+        scratch = _cold_scratch()
+    except WorkerPlaceUnsafe:
+        scratch = None  # the state folder is not private: the system's temporary folder, cleaned by the child
+    try:
+        proc = subprocess.Popen(command, env=dict(env, **({"TMPDIR": str(scratch)} if scratch else {})),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=die_with_parent)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: gloo may have helpers
+            proc.communicate()
+            raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the child and its group go first
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     tail = "\n".join(stderr.strip().splitlines()[-20:])
     if proc.returncode == EXIT_ENVIRONMENT:
         raise _broken(engine, release, tail)

@@ -32,6 +32,19 @@ class Captured(logging.Handler):
                              "message": record.getMessage()})
 
 
+def die_with_parent() -> None:
+    """In a process the kit starts, before it runs (`preexec_fn`): the kernel sends it SIGTERM when the
+    process that started it dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG), so nothing it started
+    outlives it (a cold real-loader child had grown to 1.6 GB after its parent was killed)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the caller's own clean-up still applies
+        pass
+
+
 def process_group_init() -> str:
     """The init method for the child's world-size-1 gloo group: a file store in a folder of its own
     (removed when the child exits), not a TCP store, whose server listens on every network interface

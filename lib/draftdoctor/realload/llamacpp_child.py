@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from . import SCHEMA_VERSION, nocode
-from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, error, exit_now, report_stream, run
+from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, die_with_parent, error, exit_now, report_stream, run
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMACPP = ROOT / "build" / "llamacpp"
@@ -178,7 +178,8 @@ def load(gguf: Path, timeout: float = 120.0) -> dict | None:
     near = len(str(gguf.parent)) <= 80  # + "/s-XXXXXXXX/load.sock"
     with tempfile.TemporaryDirectory(prefix="s-" if near else "draftdoctor-sock-", dir=gguf.parent if near else "/tmp") as folder:
         proc = subprocess.run([str(SERVER), "-m", str(gguf), "--host", str(Path(folder) / "load.sock"), "-t", "1",
-                               "-c", "64", "--no-webui"], capture_output=True, text=True, timeout=timeout)
+                               "-c", "64", "--no-webui"], capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=die_with_parent)
     said = proc.stdout + proc.stderr
     found = LOAD_ERROR.search(said)
     if found:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import listeners
+from ..realload.common import die_with_parent
 from ..engines import all_serving, resolve_engine, serving_facts
 from ..errors import UserError
 
@@ -225,7 +226,7 @@ class Server:
             # PYTHONSAFEPATH: a Python server started in a model's folder never imports a file from it
             env = dict(self.env if self.env is not None else os.environ, PYTHONSAFEPATH="1")
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=env, preexec_fn=_die_with_parent)
+                                            start_new_session=True, env=env, preexec_fn=die_with_parent)
         finally:
             log.close()
         return self
@@ -331,17 +332,6 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _die_with_parent() -> None:
-    """In the server's process, before it runs: have the kernel send it SIGTERM when the process that
-    started it dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG), so no server outlives its owner."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: stop() and the signal handlers still apply
-        pass
 
 
 def _group_alive(pgid: int) -> bool:

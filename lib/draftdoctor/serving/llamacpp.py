@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..realload import CHILD_ENV
+from ..realload.common import die_with_parent
 from .client import BenchResult, RequestResult
 from .engine_http import counters_delta, get_text, post_json, spec_counters
 
@@ -88,6 +89,10 @@ def convert(model_dir, target_dir=None, timeout: float = 600.0) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob("*.partial-*"):  # left by a conversion whose process was killed
+        pid = stale.suffix.removeprefix(".partial-")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale.unlink(missing_ok=True)
     partial = out.with_suffix(f".partial-{os.getpid()}")
     # under the guard that keeps a folder's own code from running (the converter trusts remote code)
     command = [sys.executable, "-m", "draftdoctor.realload.nocode", str(CONVERTER), str(model_dir), "--outtype", "f32",
@@ -95,12 +100,15 @@ def convert(model_dir, target_dir=None, timeout: float = 600.0) -> Path:
     if target_dir:
         command += ["--target-model-dir", str(target_dir)]
     env = dict(os.environ, **CHILD_ENV)
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        partial.unlink(missing_ok=True)
-        said = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        raise ConversionFailed(f"llama.cpp's converter refused {model_dir}: {said[-1] if said else proc.returncode}")
-    partial.rename(out)
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              preexec_fn=die_with_parent)
+        if proc.returncode != 0:
+            said = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+            raise ConversionFailed(f"llama.cpp's converter refused {model_dir}: {said[-1] if said else proc.returncode}")
+        partial.rename(out)
+    finally:
+        partial.unlink(missing_ok=True)  # a refusal, a time-out, Ctrl-C: nothing half-written stays in the cache
     return out
 
 
