@@ -107,6 +107,18 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         body = {"checkpoint": str(good), "target": str(DEMO / "target"), "engine": "sglang"} | {field: None}
         (root / "p.yaml").write_text("".join(f"{k}: {value if k == field else v}\n" for k, v in body.items()))
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], f"`{field}` must be a str"
+    if kind in ("bench-out-under-a-file", "investigate-out-under-a-file", "serve-log-under-a-file"):
+        (root / "a-file").write_text("x")
+        if kind.startswith("bench"):
+            return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "a-file" / "b"], "--out"
+        if kind.startswith("investigate"):
+            (root / "p.yaml").write_text(f"checkpoint: {good}\n")
+            return ["investigate", "--params", root / "p.yaml", "--out", root / "a-file" / "run"], "--out"
+        return ["serve", "--model-path", DEMO / "target", "--speculative-draft-model-path", good, "--log",
+                root / "a-file" / "s.log"], "--log"
+    if kind == "bench-out-read-only":  # /proc takes no new folders, not even root's
+        return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", "/proc/draftdoctor-out"], \
+            "cannot write there"
     if kind == "weights-link-loop":
         folder = root / "loop"
         folder.mkdir()
@@ -119,7 +131,8 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "deep-params", "zero-heads", "infinite-hidden", "string-aux-ids", "eagle-config-list", "port-out-of-range",
          "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes",
          "prompts-dev-zero", "deep-prompt", "weights-link-loop", "params-alias-bomb", "params-wrong-checkpoint",
-         "params-wrong-target", "params-wrong-engine"]
+         "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
+         "serve-log-under-a-file", "bench-out-read-only"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

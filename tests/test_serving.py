@@ -293,3 +293,21 @@ def test_a_server_that_does_not_start_is_a_failed_measurement_with_its_log_lines
     lines = proc.stderr.strip().splitlines()
     assert any(line.startswith("draftdoctor: measurement failed: server exited with status 1") for line in lines)
     assert "\\n" not in proc.stderr and any("Unrecognized model" in line for line in lines[1:])
+
+
+def test_a_chart_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A full disk while a chart is written leaves no file (it had left a 0-byte throughput.png)."""
+    import errno
+
+    from draftdoctor.figures import acceptance_figure, save
+
+    fig = acceptance_figure([{"name": "a", "accept_length": 2.0, "accept_rate": 0.25}])
+
+    def full(path, **kwargs):
+        open(path, "wb").close()  # what a full disk leaves: the file, empty
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fig, "savefig", full)
+    with pytest.raises(OSError):
+        save(fig, tmp_path / "throughput.png")
+    assert list(tmp_path.iterdir()) == []

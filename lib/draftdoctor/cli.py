@@ -327,6 +327,12 @@ def cmd_serve(args, out) -> int:
 
     if Path(args.log).is_dir():
         raise _UsageError(f"--log {args.log}: is a folder; give a file name")
+    try:
+        Path(args.log).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.log, "ab"):
+            pass
+    except OSError as e:
+        raise _UsageError(f"--log {args.log}: cannot write there ({e.strerror or e})") from None
     config = _serve_config(args)
     engine, label = _serving_engine(args)
     exposed = _beyond_loopback(args.host)
@@ -373,6 +379,7 @@ def cmd_bench(args, out) -> int:
     from pathlib import Path
 
     drafts = _draft_pairs(args.draft)
+    _writable_folder(args.out, "--out")
     for path in [args.target] + [p for _, p in drafts]:
         if not Path(path).exists() and args.backend == "reference":
             raise _UsageError(f"{path}: no such file or folder")
@@ -432,9 +439,29 @@ def cmd_compare(args, out) -> int:
     return EXIT_OK if result.same else EXIT_FINDINGS
 
 
+def _writable_folder(folder, flag: str) -> None:
+    """`folder` made (if missing) and written to once, before any work: a read-only or full file system, or
+    a regular file in the way, is one line naming the flag and the place (exit 2), not a traceback later."""
+    import os
+    from pathlib import Path
+
+    probe = Path(folder) / f".draftdoctor-probe-{os.getpid()}"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"x")
+    except OSError as e:
+        raise _UsageError(f"{flag} {folder}: cannot write there ({e.strerror or e})") from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
 def cmd_investigate(args, out) -> int:
     from .investigate import investigate
 
+    _writable_folder(args.out, "--out")
     results = investigate(args.params, args.out, cell_timeout=args.cell_timeout,
                           progress=lambda m: sys.stderr.write(f"[investigate] {m}\n"))
     from .report import outcome

@@ -159,4 +159,15 @@ def backends_figure(runs: list[dict]):
 
 
 def save(fig, path) -> None:
-    fig.savefig(path, dpi=110)
+    """Write `fig` as a PNG at `path`, whole or not at all: written beside it, then renamed (a full disk
+    had left a 0-byte chart)."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        fig.savefig(partial, dpi=110, format="png")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

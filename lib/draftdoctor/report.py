@@ -116,7 +116,7 @@ def _fmt(value, digits=2) -> str:
 def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
     """Write report.json and report.md into `out_dir`; return the report.json data."""
     data = report_data(out_dir, params, error)
-    (out_dir / "report.json").write_text(json.dumps(data, indent=1))
+    runs.write_atomically(out_dir / "report.json", json.dumps(data, indent=1))
     lines = [f"# draftdoctor investigation: {md(data['name'])}", "", f"checkpoint: {md(data['checkpoint'])}  ",
              f"layout: {md(data['layout'] or '–')}; engine: {md(data['engine'] or '–')}", ""]
     if error:
@@ -160,7 +160,7 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
         lines.append("")
         if (out_dir / "backends.png").exists():
             lines += ["![the two backends side by side](backends.png)", ""]
-    (out_dir / "report.md").write_text("\n".join(lines))
+    runs.write_atomically(out_dir / "report.md", "\n".join(lines))
     return data
 
 
@@ -173,11 +173,11 @@ def write_summary(out: Path, results) -> None:
                      "accept_length_before": (rep.get("before") or {}).get("accept_length"),
                      "accept_length_after": (rep.get("after") or {}).get("accept_length"),
                      "error": r.error, "folder": str(r.out_dir)})
-    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    runs.write_atomically(out / "summary.json", json.dumps(rows, indent=1))
     lines = ["# draftdoctor batch summary", "", "| checkpoint | verdict before | accept length before | after | status |",
              "|---|---|---|---|---|"]
     for row in rows:
         status = "failed: " + md(row["error"].splitlines()[0]) if row["error"] else "ok"
         lines.append(f"| [{md(row['name'])}]({row['name']}/report.md) | {md(row['verdict'] or '–')} | "
                      f"{_fmt(row['accept_length_before'])} | {_fmt(row['accept_length_after'])} | {status} |")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    runs.write_atomically(out / "summary.md", "\n".join(lines) + "\n")

@@ -19,15 +19,24 @@ def safe_name(name) -> bool:
     return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name) is not None and name not in (".", "..")
 
 
+def write_atomically(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all (beside it, then renamed: a reader never sees half a
+    file, and a full disk leaves no empty one)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def save_step(out_dir, name: str, data: dict) -> Path:
-    """Write `data` as `out_dir/name.json` (atomically: a reader never sees half a file)."""
+    """Write `data` as `out_dir/name.json` (atomically)."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
-    return path
+    return write_atomically(folder / f"{name}.json", json.dumps(data, indent=1, default=str))
 
 
 def load_step(out_dir, name: str) -> dict | None:

@@ -233,9 +233,11 @@ def write_results(out_dir: Path, runs: list[BenchRun]) -> None:
     """results.json ({"runs": [...]}) and the PNG charts."""
     from ..figures import acceptance_figure, per_position_figure, save, throughput_figure
 
+    from ..runs import write_atomically
+
     summaries = [r.summary() for r in runs]
-    (out_dir / "results.json").write_text(json.dumps({"runs": summaries}, indent=1))
-    (out_dir / "requests.json").write_text(json.dumps([r.result.to_dict() for r in runs], indent=1))
+    write_atomically(out_dir / "results.json", json.dumps({"runs": summaries}, indent=1))
+    write_atomically(out_dir / "requests.json", json.dumps([r.result.to_dict() for r in runs], indent=1))
     save(acceptance_figure(summaries), out_dir / "acceptance.png")
     save(per_position_figure(summaries), out_dir / "per_position.png")
     save(throughput_figure(summaries), out_dir / "throughput.png")
