@@ -71,14 +71,7 @@ def evil(tmp_path):
 
 
 def _llamacpp_built():
-    from draftdoctor.serving.llamacpp import LlamacppNotInstalled, require
-
-    try:
-        require()
-    except LlamacppNotInstalled as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(e))
-        pytest.skip(str(e))
+    require_release("0.3.36", "llamacpp")
 
 
 @pytest.mark.parametrize("engine, folder", [("llamacpp==0.3.36", "target"), ("llamacpp==0.3.36", "draft"),

@@ -179,14 +179,7 @@ def test_benches_on_every_cpu_backend_beside_a_port_thief(tmp_path):
     never asked anything, and the reference backend (which binds after loading, so always loses its
     first port) measures what it measures alone."""
     require_release("0.32.0", "vllm")
-    from draftdoctor.serving.llamacpp import LlamacppNotInstalled, require
-
-    try:
-        require()
-    except LlamacppNotInstalled as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(e))
-        pytest.skip(str(e))
+    require_release("0.3.36", "llamacpp")
     alone = _bench("reference", tmp_path / "alone")
     assert alone.wait(timeout=300) == 0, alone.stderr.read()[-3000:]
     benches = {backend: _bench(backend, tmp_path / backend) for backend in ("reference", "vllm", "llamacpp")}

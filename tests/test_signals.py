@@ -208,10 +208,9 @@ def test_an_interrupted_conversion_leaves_nothing_in_the_cache(tmp_path):
 
     from draftdoctor.serving import llamacpp
 
-    try:
-        llamacpp.require()
-    except llamacpp.LlamacppNotInstalled as e:
-        pytest.skip(str(e))
+    from conftest import require_release
+
+    require_release("0.3.36", "llamacpp")
     target = Path(shutil.copytree(DEMO / "target", tmp_path / "target"))
     (target / "generation_config.json").write_text("{}")  # another fingerprint: a fresh conversion
     stale = llamacpp.GGUF_CACHE / "left-by-a-killed-run.partial-999999999"
