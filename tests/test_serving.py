@@ -91,7 +91,9 @@ def test_bench_client_measures_acceptance_from_three_sources(server):
     (b'{"text": "a", "x": ' + b"9" * 5000 + b"}", 400),  # an integer past the parser
     (b'{"text": "' + b"a" * 500_000 + b'", "sampling_params": {"max_new_tokens": 4}}', 400),  # past the context
     (b'{"text": "a", "sampling_params": {"max_new_tokens": 4000}}', 400),  # the same, by its output
-])
+], ids=lambda value: value[:40].decode(errors="replace") if isinstance(value, bytes) else str(value))
+# (short ids: pytest puts the id in PYTEST_CURRENT_TEST, and a 100 kB one made every process a fixture
+# started during that test fail to start, "Argument list too long")
 def test_malformed_requests_get_4xx_and_the_server_keeps_serving(server, body, status):
     request = urllib.request.Request(server.base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as e:

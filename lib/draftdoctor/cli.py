@@ -445,17 +445,20 @@ def _writable_folder(folder, flag: str) -> None:
     import os
     from pathlib import Path
 
-    probe = Path(folder) / f".draftdoctor-probe-{os.getpid()}"
+    folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # what the probe makes, then removes
+    probe = folder / f".draftdoctor-probe-{os.getpid()}"
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"x")
     except OSError as e:
         raise _UsageError(f"{flag} {folder}: cannot write there ({e.strerror or e})") from None
     finally:
-        try:
-            probe.unlink()
-        except OSError:
-            pass
+        for path in (probe, *made):  # nothing stays behind: a later refusal writes nothing
+            try:
+                path.rmdir() if path.is_dir() else path.unlink()
+            except OSError:
+                pass
 
 
 def cmd_investigate(args, out) -> int:

@@ -15,7 +15,9 @@ import re
 from . import runs
 from .explain import same_draft
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!|~])")
+# what lets text inside a line become markup: code spans, emphasis, links and images (no `[`, no link or
+# image can open), table cells, strike-through; a line's start (#, -, 1.) is never ours to give away
+_MARKDOWN = re.compile(r"([\\`*\[\]|~])")
 
 
 def md(value) -> str:
