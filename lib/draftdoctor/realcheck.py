@@ -29,6 +29,8 @@ from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, 
 from .engines import parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
+from .realload import LOADERS
+from .resources import BUDGET_VARIABLE, build_bytes, dtype_bytes, human, memory_budget
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
 # the registry has no class for the config's architectures: the config names the wrong class
@@ -51,7 +53,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
     import json
 
-    from .realload import LOADERS, RealLoaderError, installed_releases, run_real_loaders
+    from .realload import RealLoaderError, installed_releases, run_real_loaders
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release
@@ -61,6 +63,13 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
         raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: {have}; "
                              "use `--loader replay`, or `auto` (the default), which replays where no real loader is installed")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
+    budget, row = memory_budget(), LOADERS[engine.name]
+    claimed = {c.folder: claimed_bytes(c, engine, target_config) for c in checkpoints}
+    over = [folder for folder, size in claimed.items() if size > budget]
+    if over and not row.builds_on_meta:
+        raise RealCheckError(f"{over[0]}: the {_display(engine)} real check of this draft would take about "
+                             f"{human(claimed[over[0]])} (its config's sizes), more than the {human(budget)} this "
+                             f"machine can spare (${BUDGET_VARIABLE}); refused before building anything")
     with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
         folders = [c.folder for c in checkpoints]
         # a config format the engine cannot read builds nothing: load the tensors once more with the
@@ -74,7 +83,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
             target_file.write_text(json.dumps(target_config))
         try:
             raws = run_real_loaders(folders + list(converted.values()), release, engine=engine.name,
-                                    target_config=target_file,
+                                    target_config=target_file, meta_for=over,
                                     timeout=timeout or 120.0 + 30.0 * (len(folders) + len(converted)))
         except (RealLoaderError, ValueError, FileNotFoundError) as e:
             raise RealCheckError(str(e)) from None
@@ -89,8 +98,32 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
                 "the config converted the way `draftdoctor fix` writes it")))
         else:
             report = from_real(raw, checkpoint, engine)
+        if checkpoint.folder in over:
+            report.findings.append(F.finding("not-checked", (
+                f"{_display(engine)} built this draft on the meta device: its config's sizes ask for about "
+                f"{human(claimed[checkpoint.folder])}, more than the {human(budget)} this machine can spare "
+                f"(${BUDGET_VARIABLE}); names, shapes and every weight-loader call were checked, the engine's "
+                "post-load processing of values was not"), severity=F.INFO))
         reports.append(report)
     return reports
+
+
+def claimed_bytes(checkpoint: Checkpoint, engine, target_config: dict | None = None) -> int:
+    """About how much memory `engine`'s real loader takes to build this draft, from what its config
+    claims (not from the size of its files: a 335 kB draft may claim a 200000 x 8192 vocabulary):
+    every parameter the engine creates, at the config's dtype; the rotary cache engines build at load
+    (max positions x head dim, float32); and what the check itself builds per vocabulary entry."""
+    engine = resolve_engine(engine)
+    dims = draft_dims(checkpoint)
+    config = checkpoint.config or {}
+    total = build_bytes((p.shape for p in parameters(engine.profile_for(config), dims)), dtype_bytes(config))
+    layer = config.get("transformer_layer_config") if isinstance(config.get("transformer_layer_config"), dict) else config
+    positions = layer.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        total += positions * dims.head_dim * 4
+    vocabulary = (target_config or {}).get("vocab_size")
+    vocabulary = vocabulary if isinstance(vocabulary, int) and vocabulary > 0 else dims.vocab_size
+    return total + vocabulary * LOADERS[engine.name].bytes_per_vocabulary_entry
 
 
 def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
@@ -108,8 +141,6 @@ def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
 
 
 def _display(engine) -> str:
-    from .realload import LOADERS
-
     return LOADERS[engine.name].display
 
 

@@ -87,6 +87,12 @@ class RealLoaders:
     install_command: str
     env_override: str  # environment variable naming another folder of installed releases
     built: str | None = None  # the one release a build provides (llama.cpp: the sdist that vendors it)
+    # A draft whose config claims more than the machine can spare (draftdoctor.resources): built on
+    # meta (names, shapes and weight-loader calls still run) where the loader can, else refused.
+    builds_on_meta: bool = True
+    # bytes per target vocabulary entry the check itself builds besides the model (llama.cpp: its
+    # stand-in SentencePiece vocabulary, measured at 2.3 kB an entry: 4M entries took 9.2 GB)
+    bytes_per_vocabulary_entry: int = 0
 
     @property
     def releases(self) -> tuple[str, ...]:
@@ -118,7 +124,8 @@ LOADERS = {
                         "DRAFTDOCTOR_VLLM_DIR"),
     # the converter and loader of the llama.cpp the pinned llama-cpp-python sdist vendors (mk/llamacpp.mk)
     "llamacpp": RealLoaders("llamacpp", "llama.cpp", None, "draftdoctor.realload.llamacpp_child", "make llamacpp",
-                            "DRAFTDOCTOR_LLAMACPP_DIR", built="0.3.36"),
+                            "DRAFTDOCTOR_LLAMACPP_DIR", built="0.3.36", builds_on_meta=False,
+                            bytes_per_vocabulary_entry=2300),
 }
 # Written last by `make sglang-loaders` into each release folder: a folder without it is incomplete.
 READY_MARKER = ".installed"
@@ -492,14 +499,14 @@ def stop_workers() -> None:
 
 
 def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
-                     engine: str = "sglang", target_config=None) -> list:
+                     engine: str = "sglang", target_config=None, meta_for=()) -> list:
     """One report per checkpoint (see the module docstring), all loaded in one process: the release's
     warm worker (started on first use, reused by later calls and other processes until idle for
     WORKER_IDLE_S), or with $DRAFTDOCTOR_REALLOAD_WORKER=0 a fresh child.
 
     Each checkpoint gets a fresh config, model and recorder. `timeout` covers the whole batch (default
     120 s + 30 s per checkpoint). `target_config` (vLLM): the target's config.json, else a stand-in
-    sized from each draft.
+    sized from each draft. `meta_for`: folders built on meta whatever `device` says.
     """
     folders = [Path(d) for d in checkpoint_dirs]
     for folder in folders:
@@ -509,14 +516,16 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
         timeout = 120.0 + 30.0 * len(folders)
     paths = [str(f.resolve()) for f in folders]
     target = str(Path(target_config).resolve()) if target_config else None
+    meta = [str(Path(f).resolve()) for f in meta_for]
     if os.environ.get(WORKER_SWITCH, "1") != "0":
+        devices = {"*": device, **dict.fromkeys(meta, "meta")} if meta else device
         try:
-            return _worker_call(release, {"checkpoints": paths, "device": device, "target_config": target}, timeout,
+            return _worker_call(release, {"checkpoints": paths, "device": devices, "target_config": target}, timeout,
                                 engine)
         except (WorkerPlaceUnsafe, NoRoomForWorker):
             pass  # no worker where another user could answer for it, or no room: this check runs cold
-    return _run_child(release, ["--device", device, *(["--target-config", target] if target else []), *paths],
-                      timeout, engine)
+    return _run_child(release, ["--device", device, *(a for f in meta for a in ("--meta-for", f)),
+                                *(["--target-config", target] if target else []), *paths], timeout, engine)
 
 
 def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device: str = "auto",

@@ -145,8 +145,12 @@ def emit(out, reports) -> int:
 CPU_BUILD_LIMIT_BYTES = 1 << 30
 
 
-def device_for(checkpoint, requested: str) -> str:
-    """"cpu" or "meta" for `checkpoint` ("auto": meta above CPU_BUILD_LIMIT_BYTES of safetensors)."""
+def device_for(checkpoint, requested) -> str:
+    """"cpu" or "meta" for `checkpoint` ("auto": meta above CPU_BUILD_LIMIT_BYTES of safetensors).
+    `requested` is a device, or {folder: device, "*": device} for a batch whose checkpoints differ (a
+    draft whose config claims more than the machine can spare is built on meta, see realcheck)."""
+    if isinstance(requested, dict):
+        requested = requested.get(str(checkpoint), requested.get("*", "auto"))
     if requested != "auto":
         return requested
     size = sum(f.stat().st_size for f in Path(checkpoint).glob("*.safetensors"))
@@ -159,6 +163,8 @@ def add_child_arguments(parser) -> None:
     parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: the install's self-check on a tiny draft)")
     parser.add_argument("--release", required=True)
     parser.add_argument("--device", choices=("auto", "cpu", "meta"), default="auto")
+    parser.add_argument("--meta-for", action="append", default=[], metavar="FOLDER",
+                        help="build this checkpoint on meta whatever --device says (repeatable)")
     parser.add_argument("--target-config", help="(vLLM) the target's config.json (default: a stand-in sized from each draft)")
     parser.add_argument("--serve", metavar="SOCKET", help="answer requests on this Unix socket until idle")
     parser.add_argument("--idle-timeout", type=float, default=600.0, help="(--serve) seconds without a request before exiting")
@@ -191,7 +197,9 @@ def run(args, out, checks) -> int:
     if not args.serve:
         if not args.checkpoints:
             return self_check(out, checks)
-        return emit(out, checks(args.checkpoints, args.device, args.target_config))
+        device = {"*": args.device, **{str(Path(f).resolve()): "meta" for f in args.meta_for}} if args.meta_for \
+            else args.device
+        return emit(out, checks(args.checkpoints, device, args.target_config))
     return serve(args.serve, args.idle_timeout, lambda request: checks(
         request["checkpoints"], request.get("device", "auto"), request.get("target_config")))
 

@@ -1,0 +1,118 @@
+"""No input exhausts the machine (issue 32, items 7 and 13): what a draft's config claims is estimated
+before it is built, and built on meta or refused when it is more than the machine can spare; the
+reference server caps each request by what its prefill allocates; `bench` refuses, before anything is
+launched, arguments no server could answer."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from draftdoctor import resources
+from draftdoctor.synth import DraftShape, write_draft
+
+from conftest import require_release
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo"
+CLI = Path(sys.executable).with_name("draftdoctor")
+# a 16 MB draft (t2d holds a byte a word) whose config claims a 16M-word vocabulary: its embedding alone is 4 GB in float32
+HUGE_VOCAB = DraftShape(vocab=16_000_000, draft_vocab=128)
+
+
+def test_memory_budget_reads_sizes_and_the_environment(monkeypatch):
+    monkeypatch.setenv(resources.BUDGET_VARIABLE, "2G")
+    assert resources.memory_budget() == 2 << 30
+    monkeypatch.setenv(resources.BUDGET_VARIABLE, "1500000")
+    assert resources.memory_budget() == 1_500_000
+    monkeypatch.setenv(resources.BUDGET_VARIABLE, "512 MiB")
+    assert resources.memory_budget() == 512 << 20
+    monkeypatch.setenv(resources.BUDGET_VARIABLE, "lots")
+    with pytest.raises(resources.UserError, match=resources.BUDGET_VARIABLE):
+        resources.memory_budget()
+    monkeypatch.delenv(resources.BUDGET_VARIABLE)
+    # half of what the kernel says is available now, never more than the machine has
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < resources.memory_budget() <= total // 2
+
+
+def test_build_bytes_follow_the_configs_dtype():
+    assert resources.dtype_bytes({"torch_dtype": "bfloat16"}) == 2
+    assert resources.dtype_bytes({"dtype": "torch.float16"}) == 2
+    assert resources.dtype_bytes({"transformer_layer_config": {"torch_dtype": "float32"}}) == 4
+    assert resources.dtype_bytes({}) == 4 and resources.dtype_bytes(None) == 4
+    assert resources.build_bytes([(3, 4), (5,)], 2) == 34
+
+
+def test_the_claim_is_the_configs_not_the_files(tmp_path):
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.realcheck import claimed_bytes
+
+    folder = write_draft(tmp_path / "huge", HUGE_VOCAB, layout="midlayer")
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 32 << 20  # t2d: one byte a word
+    checkpoint = open_checkpoint(folder)
+    claimed = claimed_bytes(checkpoint, "sglang==0.5.10")
+    # the embedding SGLang builds at the claimed vocabulary, in the config's dtype
+    assert claimed >= 16_000_000 * 64 * resources.dtype_bytes(checkpoint.config)
+    # llama.cpp's check also builds a stand-in vocabulary of the target's size
+    assert claimed_bytes(open_checkpoint(folder), "llamacpp") > claimed + 16_000_000 * 1000
+
+
+def _peak_child_rss(argv, env) -> tuple[subprocess.CompletedProcess, int]:
+    """Run `argv` under a small Python parent; return its result and the largest resident size (bytes)
+    of any process it waited for (the CLI and the real loader's child it starts)."""
+    probe = ("import resource, subprocess, sys, json\n"
+             "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(json.dumps([p.returncode, p.stdout, p.stderr, "
+             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024]))\n")
+    run = subprocess.run([sys.executable, "-c", probe, *map(str, argv)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    code, out, err, peak = json.loads(run.stdout)
+    return subprocess.CompletedProcess(argv, code, out, err), peak
+
+
+def claiming(folder: Path) -> Path:
+    """A 100 kB draft whose config claims a 200000-word vocabulary over a hidden size of 8192 (the
+    issue's attack): without the estimate SGLang 0.5.10's check reached 5.6 GB, 0.47 GB with it."""
+    folder = write_draft(folder, DraftShape(), layout="midlayer")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_size=8192, vocab_size=200_000, intermediate_size=28672, num_attention_heads=64,
+                  num_key_value_heads=8, head_dim=128)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("engine, release", [("sglang", "0.5.10"), ("vllm", "0.32.0")])
+def test_a_draft_claiming_more_than_the_machine_has_is_built_on_meta(engine, release, tmp_path):
+    require_release(release, engine)
+    folder = claiming(tmp_path / "claims")
+    env = dict(os.environ, DRAFTDOCTOR_REALLOAD_WORKER="0", **{resources.BUDGET_VARIABLE: "1G"})
+    result, peak = _peak_child_rss([CLI, "check", folder, "--engine", f"{engine}=={release}", "--loader", "real",
+                                    "--format", "json"], env)
+    assert result.returncode in (0, 1), result.stderr
+    assert peak < 3 << 30, f"a child reached {peak / 1e9:.1f} GB"
+    report = json.loads(result.stdout)
+    said = [f["message"] for f in report["findings"] if f["code"] == "not-checked"]
+    assert any("meta device" in m and "GB" in m for m in said), said
+    assert report["loader"] == "real"
+
+
+def test_llamacpp_refuses_a_vocabulary_it_cannot_stand_in_for(tmp_path):
+    require_release("0.3.36", "llamacpp")
+    folder = write_draft(tmp_path / "huge", HUGE_VOCAB, layout="midlayer")
+    env = dict(os.environ, **{resources.BUDGET_VARIABLE: "1G"})
+    real = subprocess.run([CLI, "check", folder, "--engine", "llamacpp", "--loader", "real"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert real.returncode == 2, real.stderr
+    lines = real.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(folder) in lines[0] and "refused before building anything" in lines[0], lines
+    # the default loader answers with the replay instead, and says the real check did not run
+    auto = subprocess.run([CLI, "check", folder, "--engine", "llamacpp", "--format", "json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    report = json.loads(auto.stdout)
+    assert report["loader"] == "replay"
+    assert any(f["code"] == "not-checked" and "more than the 1.1 GB" in f["message"] for f in report["findings"])
