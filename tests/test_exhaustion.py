@@ -116,3 +116,57 @@ def test_llamacpp_refuses_a_vocabulary_it_cannot_stand_in_for(tmp_path):
     report = json.loads(auto.stdout)
     assert report["loader"] == "replay"
     assert any(f["code"] == "not-checked" and "more than the 1.1 GB" in f["message"] for f in report["findings"])
+
+
+# --- the reference server: a request's prefill is bounded by the budget ---
+
+def test_the_prefill_estimate_bounds_what_a_forward_allocates():
+    """The server's limit rests on forward_bytes being an upper bound: measured in a fresh process."""
+    probe = ("import resource, sys, torch\n"
+             "from draftdoctor.reference.llama import TargetModel\n"
+             f"m = TargetModel.from_dir({str(DEMO / 'target')!r})\n"
+             "torch.set_num_threads(1)\n"
+             "m.forward(torch.zeros(8, dtype=torch.long), m.new_cache())\n"  # one-time set-up first
+             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+             "m.forward(torch.randint(0, m.vocab_size, (4000,)), m.new_cache())\n"
+             "grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before\n"
+             "print(grown, m.forward_bytes(4000))\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    grown, estimate = map(int, run.stdout.split())
+    assert grown > 100 << 20, "the forward did not allocate what a 4000-token prefill takes"
+    assert grown <= estimate, (grown, estimate)
+
+
+def test_longest_request_is_the_largest_within_the_budget():
+    from draftdoctor.reference.server import longest_request
+
+    cost = lambda t: t * t  # noqa: E731
+    assert longest_request(cost, 10_000, 1_000_000) == 1000
+    assert longest_request(cost, 500, 1_000_000) == 500
+    assert longest_request(cost, 500, 0) == 0
+
+
+def test_a_long_context_target_caps_requests_by_memory(tmp_path, monkeypatch):
+    """The issue's attack: a target claiming a long context, and a 900 kB prompt."""
+    import argparse
+
+    from draftdoctor.reference.server import ReferenceEngine
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO / "target", target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 1_000_000}))
+    monkeypatch.setenv(resources.BUDGET_VARIABLE, "200M")
+    args = argparse.Namespace(engine="sglang==0.5.10", model_path=str(target), loader="replay",
+                              speculative_draft_model_path=str(DEMO / "draft-story"), speculative_num_steps=4,
+                              speculative_num_draft_tokens=5, decode_log_interval=40)
+    engine = ReferenceEngine(args)
+    assert 100 < engine.longest < 1_000_000
+    assert 2 * engine.target.forward_bytes(engine.longest) <= 200 << 20
+    ids, problem = engine.prompt_ids("w " * 450_000, 16)
+    assert ids == [] and "memory budget" in problem and str(engine.longest) in problem
+    words = " ".join(["the"] * engine.longest)
+    _, problem = engine.prompt_ids(words, 16)
+    assert problem and "memory budget" in problem
+    _, problem = engine.prompt_ids("the cat", 16)
+    assert problem is None

@@ -172,6 +172,18 @@ class TargetModel:
     def embed(self) -> torch.Tensor:
         return self.w["model.embed_tokens.weight"]
 
+    def forward_bytes(self, tokens: int) -> int:
+        """An upper bound on the memory one `forward` of `tokens` new tokens allocates: per layer, the
+        causal mask (built as t x t bools, then a float copy) and the attention scores and their softmax
+        (heads x t x t each, float32, when the kernel materialises them: 8 to 12 bytes per head and
+        pair, with the masks 22-24 bytes a pair at 2 heads, measured on these CPUs), q/k/v repeated to
+        every head, the MLP's three activations; the KV cache of every layer; the logits (t x
+        vocabulary). Quadratic in `tokens`: what bounds the longest request (`reference.server`)."""
+        s, t, size = self.shape, tokens, torch.finfo(self.dtype).bits // 8
+        per_layer = t * t * (8 + 12 * s.heads) + size * t * (3 * s.heads * s.head_dim + 3 * s.intermediate + 4 * s.hidden)
+        cache = self.n_layers * 2 * t * s.kv_heads * s.head_dim * size
+        return per_layer + cache + size * t * self.vocab_size
+
     def new_cache(self) -> KVCache:
         return KVCache.empty(self.n_layers)
 

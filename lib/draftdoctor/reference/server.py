@@ -25,12 +25,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..engines import resolve_engine
+from ..resources import BUDGET_VARIABLE, human, memory_budget
+from ..serving.backends import BACKENDS
 from ..serving.client import spec_count_fields
 from ..serving.launcher import READY_LINE, REFERENCE_DEFAULT_ENGINE
 from ..serving.logs import format_decode_line
 
 MAX_BODY = 1 << 20  # bytes; larger requests get 413
-MAX_NEW_TOKENS = 4096
+MAX_NEW_TOKENS = BACKENDS["reference"].max_new_tokens
+# requests held at once (one generates, the rest wait with their bodies read): more get 503 at once,
+# so a flood of connections cannot make the server hold a thread and a body for each
+MAX_REQUESTS = BACKENDS["reference"].max_requests
 BACKEND = "reference (CPU) backend"
 
 def log(message: str) -> None:
@@ -55,6 +60,11 @@ class ReferenceEngine:
         self.tokenizer = Tokenizer.from_file(str(Path(args.model_path) / "tokenizer.json"))
         self.eos = self.target.config.get("eos_token_id")
         self.context = int(self.target.config.get("max_position_embeddings") or 2048)
+        # the longest request (prompt + new tokens) whose prefill fits the machine's memory budget: the
+        # target's forward over it, and the draft's over the same tokens (one layer of no larger sizes,
+        # logits over no larger a vocabulary: at most as much again)
+        self.budget = memory_budget()
+        self.longest = longest_request(lambda t: 2 * self.target.forward_bytes(t), self.context, self.budget)
         self.loaded = load_for_engine(args.speculative_draft_model_path, self.emulated, self.target, loader=args.loader)
         self.lock = threading.Lock()
         self.num_steps = args.speculative_num_steps
@@ -67,12 +77,14 @@ class ReferenceEngine:
         """The prompt's token ids, and why the request cannot run within the target's context (None: it
         can). Bounds every request's work, so one long prompt cannot hold the engine (one request at a
         time) for minutes."""
-        if len(prompt) > 64 * self.context:  # over 64 characters a token: too long before tokenizing
-            return [], f"prompt of {len(prompt)} characters exceeds the context of {self.context} tokens"
+        limit = min(self.context, self.longest)
+        why = (f"the context of {self.context} tokens" if limit == self.context else
+               f"the {limit} tokens this server's memory budget of {human(self.budget)} allows in one request")
+        if len(prompt) > 64 * limit:  # over 64 characters a token: too long before tokenizing
+            return [], f"prompt of {len(prompt)} characters exceeds {why}"
         ids = self.tokenizer.encode(prompt).ids
-        if len(ids) + max_new_tokens > self.context:
-            return ids, (f"prompt of {len(ids)} tokens plus max_new_tokens {max_new_tokens} exceeds the context "
-                         f"of {self.context} tokens")
+        if len(ids) + max_new_tokens > limit:
+            return ids, f"prompt of {len(ids)} tokens plus max_new_tokens {max_new_tokens} exceeds {why}"
         return ids, None
 
     def generate(self, ids: list[int], max_new_tokens: int) -> dict:
@@ -118,6 +130,16 @@ class ReferenceEngine:
                 "internal_states": [{"avg_spec_accept_length": self.avg_spec_accept_length}]}
 
 
+def longest_request(cost, context: int, budget: int) -> int:
+    """The most tokens (at most `context`) whose `cost(tokens)` in bytes, rising with tokens, is within
+    `budget` (0: not even one)."""
+    low, high = 0, context
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if cost(middle) <= budget else (low, middle - 1)
+    return low
+
+
 def _histogram(result) -> list[int]:
     """Verify steps by number of accepted drafts (0..num_steps), from per-position counts (before the
     finish cut, as SGLang's `update_spec_acceptance_histogram` gets them)."""
@@ -129,6 +151,7 @@ def _histogram(result) -> list[int]:
 class Handler(BaseHTTPRequestHandler):
     timeout = 60  # seconds a client may take to send its request: a stalled one does not hold a thread
     engine: ReferenceEngine  # set on the subclass built in main()
+    held = threading.BoundedSemaphore(MAX_REQUESTS)
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format, *args):  # one line per request, SGLang style
@@ -163,6 +186,16 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/generate":
             self._error(404, f"no endpoint {self.path}")
             return
+        if not self.held.acquire(blocking=False):
+            self.close_connection = True
+            self._error(503, f"more than {MAX_REQUESTS} requests at once: the reference backend generates one at a time")
+            return
+        try:
+            self._post_generate()
+        finally:
+            self.held.release()
+
+    def _post_generate(self):
         try:
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:
@@ -268,6 +301,9 @@ def main(argv=None) -> int:
         return 1
     report = engine.loaded.report
     log(f"draft loaded: {report.verdict}")
+    if engine.longest < engine.context:
+        log(f"requests are limited to {engine.longest} tokens (prompt + max_new_tokens), fewer than the context of "
+            f"{engine.context}: the memory budget is {human(engine.budget)} (${BUDGET_VARIABLE})")
     handler = type("BoundHandler", (Handler,), {"engine": engine})
     try:
         server = ThreadingHTTPServer((args.host, args.port), handler)

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..realload import CHILD_ENV
 from ..realload.common import die_with_parent
+from .backends import BACKENDS
 from .client import BenchResult, RequestResult
 from .engine_http import counters_delta, get_text, post_json, spec_counters
 
@@ -38,7 +39,8 @@ HEALTH_PATH = "/health"
 READY_LINE = "server is listening on"
 SPEC_TYPE = "draft-eagle3"
 # one thread: the kit's models are tiny, and two spinning threads on 2 shared cores stall (measured 3-5x)
-SERVER_FLAGS = ("-t", "1", "-tb", "1", "-c", "512", "-np", "1", "--metrics", "--no-webui", "--temp", "0",
+ROW = BACKENDS["llamacpp"]
+SERVER_FLAGS = ("-t", "1", "-tb", "1", ROW.context_flag, str(ROW.served_context), "-np", "1", "--metrics", "--no-webui", "--temp", "0",
                 "--top-k", "1", "--seed", "0")
 COUNTERS = {"drafts": "llamacpp:spec_decode_num_drafts_total",
             "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",

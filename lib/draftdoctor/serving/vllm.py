@@ -22,14 +22,16 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from .backends import BACKENDS
 from .client import BenchResult, RequestResult
 from .engine_http import counters_delta, get_text, post_json, spec_counters
 
 HEALTH_PATH = "/health"
 READY_LINE = "Application startup complete."
+ROW = BACKENDS["vllm"]
 # what worked on these CPUs (field notes §12): float32 (bf16 changes greedy output), no CUDA graphs
 # or compilation, a 1 GB KV cache, the engine in the API server's process (7 s start-up, not 25-47)
-SERVER_FLAGS = ("--dtype", "float32", "--enforce-eager", "--max-model-len", "512", "--seed", "0")
+SERVER_FLAGS = ("--dtype", "float32", "--enforce-eager", ROW.context_flag, str(ROW.served_context), "--seed", "0")
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1",
               "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total", "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
