@@ -170,3 +170,53 @@ def test_a_long_context_target_caps_requests_by_memory(tmp_path, monkeypatch):
     assert problem and "memory budget" in problem
     _, problem = engine.prompt_ids("the cat", 16)
     assert problem is None
+
+
+# --- bench: arguments no server could answer are refused before launching ---
+
+def _bench(tmp_path, *argv, target=DEMO / "target"):
+    out = tmp_path / "out"
+    run = subprocess.run([CLI, "bench", "--target", target, "--draft", f"a={DEMO / 'draft-story'}", "--out", out,
+                          *map(str, argv)], capture_output=True, text=True, timeout=120)
+    return run, out
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--max-new-tokens", "1000000000"], "at most 4096"),
+    (["--max-new-tokens", "512"], "no room for a prompt in a context of 512 tokens"),
+    (["--concurrency", "100000"], "at most 64 requests at once"),
+    (["--prompts", "LONG"], "prompt 2 is 601 tokens"),
+    (["--prompts", "HUGE"], "prompt 1 (2400000 characters) cannot fit"),
+])
+def test_bench_refuses_what_no_server_could_answer_before_launching(argv, said, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    if "LONG" in argv:
+        prompts.write_text(json.dumps({"prompt": "hello"}) + "\n" + json.dumps({"prompt": "word " * 600}) + "\n")
+    if "HUGE" in argv:
+        prompts.write_text(json.dumps({"prompt": "w" * 2_400_000}) + "\n")
+    argv = [str(prompts) if a in ("LONG", "HUGE") else a for a in argv]
+    run, out = _bench(tmp_path, *argv)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], lines
+    if "--prompts" in argv:
+        assert str(prompts) in lines[0]
+    assert not out.exists(), "nothing is launched or written"
+
+
+def test_the_served_context_is_the_backends_row(tmp_path):
+    """vLLM and llama-server are launched with a 512-token context: a target of a longer one does not
+    make room for more there; a user's own flag does."""
+    from draftdoctor.serving.bench import BenchInputError, check_requests
+    from draftdoctor.serving.vllm import SERVER_FLAGS
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO / "target", target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 8192}))
+    assert "512" in SERVER_FLAGS
+    check_requests("reference", target, ["hello"], 600, 1)
+    for backend, flag in (("vllm", "--max-model-len"), ("llamacpp", "-c")):
+        with pytest.raises(BenchInputError, match=f"served with {flag} 512"):
+            check_requests(backend, target, ["hello"], 600, 1)
+        check_requests(backend, target, ["hello"], 600, 1, extra_args=[flag, "2048"])

@@ -20,6 +20,7 @@ import json
 from itertools import chain, repeat
 
 from .errors import UserError
+from .serving.backends import BACKENDS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 DESCRIPTION = """\
@@ -393,7 +394,8 @@ def cmd_bench(args, out) -> int:
         runs = bench_drafts(args.backend, args.target, drafts, args.out, prompts, engine=engine, loader=args.loader,
                             num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                             extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
-                            ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+                            ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout,
+                            prompts_file=args.prompts or DEMO_PROMPTS)
     except DraftMisfit as e:
         sys.stderr.write(f"draftdoctor: not launched: {_safe(e)}\n")
         return EXIT_FINDINGS
@@ -541,7 +543,7 @@ for _type, _name in ((_positive_int, "whole number (>= 1)"), (_positive_seconds,
 
 
 def _add_serving_arguments(p) -> None:
-    p.add_argument("--backend", choices=["reference", "sglang", "vllm", "llamacpp"], default="reference",
+    p.add_argument("--backend", choices=list(BACKENDS), default="reference",
                    help="reference: CPU EAGLE-3 server emulating an SGLang release; sglang: the real "
                         "sglang.launch_server (GPU host; not run here); vllm: real vLLM on the CPU "
                         "(`make vllm-loaders` installs it); llamacpp: llama.cpp's llama-server on the CPU, the "

@@ -18,6 +18,7 @@ from pathlib import Path
 from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
 from .launcher import REFERENCE_DEFAULT_ENGINE, LaunchRefused, ServeConfig, ServerCrashed, cause, serve, tail
 from . import llamacpp, vllm
+from .backends import BACKENDS, MAX_CONCURRENCY
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
 from ..errors import UserError
@@ -96,6 +97,88 @@ def load_prompts(path, limit: int | None = None) -> list[str]:
     return prompts[:limit] if limit else prompts
 
 
+MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json larger than this is not read to count prompt tokens
+
+
+def check_requests(backend: str, target, prompts: list[str], max_new_tokens: int, concurrency: int,
+                   extra_args=(), prompts_file=None) -> None:
+    """Refuse, before anything is launched, a measurement no server could answer: more new tokens than
+    the backend takes, or than the context it serves leaves room for beside a prompt (the target's
+    `max_position_embeddings`, or the backend's own `served_context`); a prompt too long for that context
+    (counted with the target's tokenizer.json where there is one); more requests at once than the
+    backend holds or the client runs. A target that is not a local folder is checked as far as it can be."""
+    from ..checkpoint import CheckpointError, open_regular
+
+    row, source = BACKENDS[backend], prompts_file or "the prompts"
+    if row.max_new_tokens is not None and max_new_tokens > row.max_new_tokens:
+        raise BenchInputError(f"--max-new-tokens {max_new_tokens}: {row.display} generates at most "
+                              f"{row.max_new_tokens} tokens a request")
+    limit = min(MAX_CONCURRENCY, row.max_requests or MAX_CONCURRENCY)
+    if concurrency > limit:
+        raise BenchInputError(f"--concurrency {concurrency}: at most {limit} requests at once on {row.display}"
+                              + ("" if limit == MAX_CONCURRENCY else f" (the client runs at most {MAX_CONCURRENCY})"))
+    context, why = _target_context(target), f"max_position_embeddings in {Path(target) / 'config.json'}"
+    extra = list(extra_args)
+    served = row.served_context
+    if row.context_flag in extra and extra.index(row.context_flag) + 1 < len(extra):
+        served = _int(extra[extra.index(row.context_flag) + 1])  # the user's own flag is what the server gets
+    if served is not None and (context is None or served < context):
+        context, why = served, f"{row.display} is served with {row.context_flag} {served}"
+    if context is None:
+        return
+    if max_new_tokens >= context:
+        raise BenchInputError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in a context of {context} "
+                              f"tokens: {why}")
+    tokenizer_file = Path(target) / "tokenizer.json"
+    try:
+        with open_regular(tokenizer_file) as f:
+            text = f.read(MAX_TOKENIZER_BYTES + 1)
+    except (OSError, CheckpointError):
+        text = None
+    for number, prompt in enumerate(prompts, 1):  # a prompt over 64 bytes a token is too long before counting
+        if len(prompt.encode()) > 64 * context:
+            raise BenchInputError(f"{source}: prompt {number} ({len(prompt)} characters) cannot fit a context of "
+                                  f"{context} tokens ({why})")
+    if text is None or len(text) > MAX_TOKENIZER_BYTES:
+        return
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_str(text.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - a tokenizer the kit cannot read is the server's to refuse, with its own words
+        return
+    for number, prompt in enumerate(prompts, 1):
+        tokens = len(tokenizer.encode(prompt).ids)
+        if tokens + max_new_tokens > context:
+            raise BenchInputError(f"{source}: prompt {number} is {tokens} tokens; with --max-new-tokens {max_new_tokens} "
+                                  f"it exceeds the context of {context} tokens ({why})")
+
+
+def _target_context(target) -> int | None:
+    """The target's max_position_embeddings (that of its text model for a multimodal config), if readable."""
+    from ..checkpoint import CheckpointError, read_json_file
+
+    try:
+        config = read_json_file(Path(target) / "config.json")
+    except (OSError, CheckpointError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for source in (config, config.get("text_config")):
+        if isinstance(source, dict) and _int(source.get("max_position_embeddings")):
+            return _int(source["max_position_embeddings"])
+    return None
+
+
+def _int(value) -> int | None:
+    """A positive integer, or None."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 and not isinstance(value, bool) else None
+
+
 def installed_sglang_release(python: str = sys.executable) -> str | None:
     """The SGLang release installed for `python`, without importing it here."""
     probe = "import importlib.metadata as m; print(m.version('sglang'))"
@@ -160,12 +243,15 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                  engine=None, loader: str | None = None,
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1", progress=None, keep_going: bool = False, **server_kwargs) -> list[BenchRun]:
+                 host: str = "127.0.0.1", progress=None, keep_going: bool = False, prompts_file=None,
+                 **server_kwargs) -> list[BenchRun]:
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend. With
     `keep_going`, a draft whose server does not start is recorded as such (its reason from the log)
-    and the next draft is measured (an investigation's "before" that never starts)."""
+    and the next draft is measured (an investigation's "before" that never starts). Arguments no server
+    could answer are refused first (`check_requests`; `prompts_file` is named in its message)."""
     engine = resolve_engine(engine) if engine is not None else None
+    check_requests(backend, target, prompts, max_new_tokens, concurrency, extra_args or (), prompts_file)
     if backend == "llamacpp" and engine is not None and engine.name != "llamacpp":
         raise BenchInputError(f"--backend llamacpp cannot serve a draft as {engine} loads it: llama.cpp refuses a "
                               "checkpoint with tensors missing, so it cannot stand for a load that leaves parameters "
