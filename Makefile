@@ -13,6 +13,7 @@ export IPYTHONDIR := $(BUILD)/state/ipython
 export MPLCONFIGDIR := $(BUILD)/state/matplotlib
 export VLLM_CACHE_ROOT := $(BUILD)/state/vllm/cache
 export VLLM_CONFIG_ROOT := $(BUILD)/state/vllm/config
+export TORCHINDUCTOR_CACHE_DIR := $(BUILD)/state/torchinductor
 export HF_HOME := $(BUILD)/state/hf
 export XDG_CACHE_HOME := $(BUILD)/state/cache
 export HF_HUB_OFFLINE := 1

@@ -6,6 +6,8 @@ them) goes to build/state, never the home directory, also when pytest is run wit
 
 import os
 import secrets
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,6 +57,13 @@ def releases_under_test(engine: str = "sglang") -> list[str]:
 # Every process a test starts carries this (and, under pytest-xdist, its worker's id): what is still
 # running at the end of the session is found by it, wherever it was reparented.
 SESSION = os.environ.setdefault("DRAFTDOCTOR_TEST_SESSION", secrets.token_hex(8))
+# Every temporary file the session's processes make (the kit's scratch folders, converters', servers',
+# browsers') goes under one short folder per test process, which the session proves empty at its end
+# (pytest's own tmp_path folders, pytest-of-*, aside) and the controlling process then removes.
+TEST_TMP = Path(os.environ.setdefault("DRAFTDOCTOR_TEST_TMP", str(Path(tempfile.gettempdir()) / f"ddt-{SESSION[:8]}")))
+PROCESS_TMP = TEST_TMP / os.environ.get("PYTEST_XDIST_WORKER", "main")
+PROCESS_TMP.mkdir(mode=0o700, parents=True, exist_ok=True)
+os.environ["TMPDIR"] = tempfile.tempdir = str(PROCESS_TMP)
 
 
 def session_processes() -> list[tuple[int, str]]:
@@ -97,6 +106,14 @@ def _stop_real_loader_workers(tmp_path_factory):
     wide = [l for l in listeners.tcp_listeners() if l.inode in listeners.socket_inodes([os.getpid()]) and not l.loopback]
     assert not left and not wide, (f"the test session left processes running: {left}" if left else
                                    f"the test process listens beyond loopback: {wide}")
+    leftovers = sorted(p.name for p in PROCESS_TMP.iterdir() if not p.name.startswith("pytest-of-"))
+    assert not leftovers, f"the test session left temporary files in {PROCESS_TMP}: {leftovers}"
+
+
+def pytest_unconfigure(config):
+    """The controlling process (not an xdist worker) removes the session's temporary folder."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        shutil.rmtree(TEST_TMP, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -18,7 +18,9 @@ KIT_TOOLS = (("JUPYTER_CONFIG_DIR", "jupyter/config"), ("JUPYTER_DATA_DIR", "jup
              ("JUPYTER_RUNTIME_DIR", "jupyter/runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib"),
              # the vLLM the kit installs under build/ and runs (real loader, --backend vllm): its model-info
              # cache and config would otherwise land in ~/.cache/vllm and ~/.config/vllm
-             ("VLLM_CACHE_ROOT", "vllm/cache"), ("VLLM_CONFIG_ROOT", "vllm/config"))
+             ("VLLM_CACHE_ROOT", "vllm/cache"), ("VLLM_CONFIG_ROOT", "vllm/config"),
+             # torch's compiled-kernel cache (what the engines compile on CPU), else /tmp/torchinductor_USER
+             ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"))
 CACHES = (("HF_HOME", "hf"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"))
 
 
