@@ -145,3 +145,57 @@ def test_busy_port_is_refused_before_starting(tmp_path):
         with pytest.raises(PortBusy, match=str(port)):
             server.start()
         assert server.process is None
+
+
+# --- the SGLang command, proven by SGLang's own parser (issue 31 section 5) ---
+
+from pathlib import Path  # noqa: E402
+
+from conftest import releases_under_test, require_release  # noqa: E402
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+CLI = Path(sys.executable).with_name("draftdoctor")
+
+
+@pytest.mark.parametrize("release", releases_under_test("sglang"))
+def test_sglang_accepts_the_command_the_kit_builds_and_refuses_a_misspelled_flag(release):
+    """Each CI release's own prepare_server_args and checks, on this CPU: the command `serve` and `bench`
+    run, with the release's CUDA-graph flags spelled for it, is accepted; a misspelled pass-through
+    flag is refused in SGLang's words."""
+    from draftdoctor.realload import parse_launch
+
+    require_release(release)
+    config = ServeConfig(target=str(DEMO / "target"), draft=str(DEMO / "draft-story"), num_steps=4, topk=1,
+                         num_draft_tokens=5, port=30000, disable_cuda_graph=True, cuda_graph_max_bs=8,
+                         extra_args=["--enable-metrics"])
+    argv = server_command("sglang", config, engine=f"sglang=={release}")[3:]
+    assert set(launch_args(config, release)) <= set(argv)
+    accepted, misspelled = parse_launch(release, [argv, argv + ["--enable-metricz"]])
+    assert accepted["accepted"], accepted
+    assert not misspelled["accepted"] and misspelled["stage"] == "parser"
+    assert "unrecognized arguments: --enable-metricz" in misspelled["message"]
+
+
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.23"])
+def test_serve_dry_run_prints_the_command_and_sglangs_verdict(release):
+    require_release(release)
+    base = [CLI, "serve", "--backend", "sglang", "--engine", f"sglang=={release}", "--model-path", DEMO / "target",
+            "--speculative-draft-model-path", DEMO / "draft-story", "--dry-run"]
+    refused = subprocess.run([*base, "--", "--speculative-num-stepz", "3"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1, refused.stderr
+    command, *_, verdict = refused.stdout.strip().splitlines()
+    assert "-m sglang.launch_server --model-path" in command and "--speculative-num-stepz 3" in command
+    assert verdict == (f"refused by SGLang {release}'s own parser: unrecognized arguments: "
+                       "--speculative-num-stepz 3")
+
+
+def test_bench_on_sglang_is_refused_by_sglangs_parser_before_launching(tmp_path):
+    """No SGLang can serve here, so a launch would fail anyway; the refusal comes first, in SGLang's words."""
+    require_release("0.5.10")
+    out = tmp_path / "out"
+    run = subprocess.run([CLI, "bench", "--backend", "sglang", "--engine", "sglang==0.5.10", "--target", DEMO / "target",
+                          "--draft", f"a={DEMO / 'draft-story'}", "--out", out, "--", "--enable-metricz"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert "SGLang 0.5.10 refused the command at its parser: unrecognized arguments: --enable-metricz" in run.stderr
+    assert not (out / "server-a.log").exists(), "nothing was launched"

@@ -326,6 +326,8 @@ def cmd_serve(args, out) -> int:
 
     from pathlib import Path
 
+    if args.dry_run:
+        return _serve_dry_run(args, out)
     if Path(args.log).is_dir():
         raise _UsageError(f"--log {args.log}: is a folder; give a file name")
     try:
@@ -354,6 +356,33 @@ def cmd_serve(args, out) -> int:
         return EXIT_FINDINGS
     finally:
         server.stop()
+
+
+def _serve_dry_run(args, out) -> int:
+    """The command `serve` would run; for real SGLang, that release's own parser and checks on it:
+    exit 0 accepted, 1 refused (SGLang's words)."""
+    import shlex
+
+    from .serving.launcher import dry_run
+
+    engine, label = _serving_engine(args)
+    checked = dry_run(args.backend, _serve_config(args), engine=engine, loader=args.loader)
+    out.write(f"{label}: {_safe(shlex.join(checked.command))}\n")
+    if args.port is None:
+        out.write(f"(serve picks a free port in place of {checked.command[checked.command.index('--port') + 1]})\n"
+                  if "--port" in checked.command else "")
+    verdict = checked.verdict
+    if verdict is None:
+        out.write(f"not checked by an engine's parser: only --backend sglang's command is (SGLang's own, on CPU)\n")
+        return EXIT_OK
+    for note in verdict["notes"]:
+        out.write(f"  SGLang {checked.release} says: {_safe(note.strip())}\n")
+    if verdict["accepted"]:
+        out.write(f"accepted by SGLang {checked.release}'s own parser and argument checks (device {verdict['device']}; "
+                  "what needs a GPU, its memory and CUDA graphs, is not checked here)\n")
+        return EXIT_OK
+    out.write(f"refused by SGLang {checked.release}'s own {verdict['stage']}: {_safe(verdict['message'])}\n")
+    return EXIT_FINDINGS
 
 
 def _draft_pairs(values) -> list[tuple[str, str]]:
@@ -618,6 +647,9 @@ def _serve_arguments(p) -> None:
     p.add_argument("--dist-init-addr", default=None, help="passed to SGLang")
     p.add_argument("--disable-cuda-graph", action="store_true", help="spelled for the SGLang release in use")
     p.add_argument("--log", default="build/serve.log", help="the server's log file")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the command instead of running it; with --backend sglang, checked by that SGLang "
+                        "release's own parser and argument checks, on this CPU (exit 1 if refused)")
     _add_serving_arguments(p)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
 from . import findings as F
@@ -53,7 +52,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
     import json
 
-    from .realload import RealLoaderError, installed_releases, run_real_loaders
+    from .realload import RealLoaderError, installed_releases, run_real_loaders, scratch as scratch_for
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release
@@ -70,7 +69,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
         raise RealCheckError(f"{over[0]}: the {_display(engine)} real check of this draft would take about "
                              f"{human(claimed[over[0]])} (its config's sizes), more than the {human(budget)} this "
                              f"machine can spare (${BUDGET_VARIABLE}); refused before building anything")
-    with tempfile.TemporaryDirectory(prefix="draftdoctor-real-") as scratch:
+    with scratch_for("real") as scratch:  # removed with this check, or by the next one if it is killed
         folders = [c.folder for c in checkpoints]
         # a config format the engine cannot read builds nothing: load the tensors once more with the
         # config `fix` writes

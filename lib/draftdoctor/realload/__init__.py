@@ -63,6 +63,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,18 +215,36 @@ def _broken(engine, release, tail) -> "RealLoaderCrashed":
                              f"`{LOADERS[engine].install_command}`; if it persists the adapter needs updating):\n{tail}")
 
 
-def _cold_scratch() -> Path:
-    """A private folder for one cold child's temporary files (its TMPDIR: converted GGUFs, stand-in
-    targets, its gloo store), under the workers' state folder; the caller removes it. Folders left by
-    callers that were killed (their pid in the name no longer runs) are removed first."""
+def scratch_folder(kind: str = "cold") -> Path:
+    """A private folder for one caller's temporary files, under the workers' state folder: a cold
+    child's TMPDIR (converted GGUFs, stand-in targets, its gloo store), a real check's converted configs,
+    a server's TMPDIR (vLLM leaves IPC folders there). The caller removes it; folders of `kind` left by
+    callers that were killed (their pid in the name no longer runs) are removed first. Raises
+    WorkerPlaceUnsafe where the state folder is not the user's own."""
     state = _private(worker_state())
-    for stale in state.glob("cold-*"):
+    for stale in state.glob(f"{kind}-*"):
         pid = stale.name.split("-")[1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(stale, ignore_errors=True)
-    folder = state / f"cold-{os.getpid()}-{os.urandom(4).hex()}"
+    folder = state / f"{kind}-{os.getpid()}-{os.urandom(4).hex()}"
     folder.mkdir(mode=0o700)
     return folder
+
+
+@contextlib.contextmanager
+def scratch(kind: str):
+    """`scratch_folder(kind)`, removed on exit; the system's temporary folder where the state folder is
+    not private."""
+    try:
+        folder = scratch_folder(kind)
+    except WorkerPlaceUnsafe:
+        with tempfile.TemporaryDirectory(prefix=f"draftdoctor-{kind}-") as fallback:
+            yield Path(fallback)
+        return
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_child(release, args, timeout, engine: str = "sglang"):
@@ -235,7 +254,7 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
 
     command, env = _child(engine, release, args)
     try:
-        scratch = _cold_scratch()
+        scratch = scratch_folder()
     except WorkerPlaceUnsafe:
         scratch = None  # the state folder is not private: the system's temporary folder, cleaned by the child
     try:
@@ -537,6 +556,14 @@ def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device
     when no report could be made; the engine's own failures on the checkpoint are in the report's `error`.
     """
     return run_real_loaders([checkpoint_dir], release, timeout=timeout, device=device, engine=engine)[0]
+
+
+def parse_launch(release: str, argvs: list[list[str]], timeout: float = 180.0) -> list[dict]:
+    """SGLang `release`'s own verdict on each `sglang.launch_server` argument list, from its parser and
+    its argument checks run in a cold child on this CPU (`child.parse_launch`; cold, because those
+    checks set process-wide state a warm worker's later loads must not see): {"accepted", "stage",
+    "message", "device", "notes"} each. Raises ReleaseNotInstalled when that release is not here."""
+    return _run_child(release, ["--parse-launch", json.dumps([list(a) for a in argvs])], timeout, "sglang")
 
 
 def self_check(release: str, timeout: float = 120.0, engine: str = "sglang") -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import SCHEMA_VERSION, nocode, stubs
 from .adapters import AdapterMismatch, get as get_adapter
-from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
+from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, emit, error, exit_now,
                      process_group_init, fused_shards, report_stream, run)
 from .recorder import LoadRecorder
 
@@ -169,9 +169,51 @@ def run_checks(adapter, server_args, release, paths, device, setup_s):
                  lambda checkpoint, _scratch: check(adapter, server_args, checkpoint, device_for(checkpoint, device)))
 
 
+def parse_launch(argv: list[str]) -> dict:
+    """SGLang's own verdict on a `sglang.launch_server` argument list: the release's
+    `prepare_server_args` (its argument parser, then `ServerArgs`' own checks and adjustments), then
+    `resolve_once` where the release has it and `check_server_args`, in the order its launch runs them. This machine has no accelerator, so a list
+    without `--device` is validated with `--device cpu` added (said in `device`): checks that need a
+    GPU (its memory, CUDA graphs) do not run here. {"accepted", "stage" (parser | validation),
+    "message" (SGLang's own words when refused), "device", "notes" (what SGLang logged while checking)}."""
+    import contextlib
+    import io
+
+    from sglang.srt import server_args as module
+
+    validated = list(argv) if "--device" in argv else [*argv, "--device", "cpu"]
+    notes = Captured()
+    logging.getLogger().addHandler(notes)
+    said = io.StringIO()
+    verdict = {"accepted": True, "stage": None, "message": None,
+               "device": "as given" if "--device" in argv else "cpu (added here: no accelerator)"}
+    try:
+        with contextlib.redirect_stderr(said):
+            try:
+                server_args = module.prepare_server_args(validated)
+            except SystemExit as exc:  # argparse: usage, then "prog: error: ..." on stderr
+                errors = [line for line in said.getvalue().splitlines() if ": error: " in line]
+                verdict.update(accepted=False, stage="parser",
+                               message=errors[-1].split(": error: ", 1)[1] if errors else f"the parser exited ({exc.code})")
+                return verdict
+        if hasattr(server_args, "resolve_once"):  # from 0.5.2x the launch resolves defaults before its checks
+            server_args.resolve_once()
+        if hasattr(server_args, "check_server_args"):
+            server_args.check_server_args()
+    except Exception as exc:  # noqa: BLE001 - whatever SGLang raises while checking is its refusal
+        verdict.update(accepted=False, stage="validation", message=f"{type(exc).__name__}: {exc}")
+    finally:
+        logging.getLogger().removeHandler(notes)
+        verdict["notes"] = [r["message"] for r in notes.records if r["level"] in ("WARNING", "ERROR")][:20]
+    return verdict
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.child", description=__doc__.split("\n")[0])
     add_child_arguments(parser)
+    parser.add_argument("--parse-launch", metavar="JSON",
+                        help="instead of checkpoints: SGLang's verdict on each of these sglang.launch_server argument "
+                             "lists (a JSON list of lists)")
     args = parser.parse_args(argv)
     nocode.install()  # no code from a checkpoint or target folder runs here
 
@@ -189,6 +231,8 @@ def main(argv=None):
                   file=sys.stderr)
             return EXIT_ENVIRONMENT
         setup_s = round(time.perf_counter() - started, 3)
+        if args.parse_launch is not None:
+            return emit(out, [parse_launch(argv) for argv in json.loads(args.parse_launch)])
         return run(args, out, lambda paths, device, _target: run_checks(adapter, server_args, args.release, paths,
                                                                           device, setup_s))
 

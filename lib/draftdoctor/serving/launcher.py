@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -62,6 +65,10 @@ class PortBusy(ServerError):
 
 class LaunchRefused(ServerError):
     """A launch configuration that cannot work, refused before anything starts."""
+
+
+class LaunchUnchecked(UserError):
+    """A command the kit was asked to check with an engine's own parser that is not installed here."""
 
 
 @dataclass
@@ -204,6 +211,7 @@ class Server:
         self.process: subprocess.Popen | None = None
         self.log_offset = 0  # the log is appended to: this start's output begins here
         self.attempts = 0
+        self.scratch: Path | None = None  # the server's TMPDIR, removed when it stops
 
     @property
     def base_url(self) -> str:
@@ -223,8 +231,11 @@ class Server:
         log = open(self.log_path, "ab")
         self.log_offset = log.tell()
         try:
-            # PYTHONSAFEPATH: a Python server started in a model's folder never imports a file from it
-            env = dict(self.env if self.env is not None else os.environ, PYTHONSAFEPATH="1")
+            # PYTHONSAFEPATH: a Python server started in a model's folder never imports a file from it;
+            # TMPDIR: its temporary files (vLLM's IPC folders) go with it when it stops, or with the next
+            # server's start when the kit was killed
+            self.scratch = self.scratch or _server_scratch()
+            env = dict(self.env if self.env is not None else os.environ, PYTHONSAFEPATH="1", TMPDIR=str(self.scratch))
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=env, preexec_fn=die_with_parent)
         finally:
@@ -297,28 +308,14 @@ class Server:
             return False
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM to the process group, SIGKILL after `grace` seconds; idempotent."""
-        if self.process is None:
-            return
-        pgid = self.process.pid
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            if not _group_alive(pgid):
-                break
-            # The leader exited but children linger: wait briefly, then escalate.
-            deadline = time.monotonic() + wait
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not _group_alive(pgid):
-                break
-        self.process = None
+        """SIGTERM to the process group, SIGKILL after `grace` seconds; then its temporary folder goes.
+        Idempotent."""
+        if self.process is not None:
+            _stop_group(self.process, grace)
+            self.process = None
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def __enter__(self) -> "Server":
         if self.process is None:
@@ -332,6 +329,52 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _stop_group(process: subprocess.Popen, grace: float) -> None:
+    """SIGTERM to `process`'s group, SIGKILL after `grace` seconds, until no member is left."""
+    pgid = process.pid
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if not _group_alive(pgid):
+            break
+        # The leader exited but children linger: wait briefly, then escalate.
+        deadline = time.monotonic() + wait
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not _group_alive(pgid):
+            break
+
+
+SERVER_SCRATCH = "dd-server-"  # + the owner's pid: short, for vLLM binds Unix sockets in it (107 bytes at most)
+
+
+def sweep_server_scratch() -> None:
+    """Remove the servers' temporary folders whose owner is gone (killed before it could): this user's
+    own folders only, never through a link."""
+    for stale in Path(tempfile.gettempdir()).glob(SERVER_SCRATCH + "*"):
+        pid = stale.name[len(SERVER_SCRATCH):].split("-")[0]
+        try:
+            info = stale.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and pid.isdigit() \
+                and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _server_scratch() -> Path:
+    """A private temporary folder for one server (its TMPDIR), in the system's temporary folder; those
+    left by killed owners are removed first."""
+    sweep_server_scratch()
+    return Path(tempfile.mkdtemp(prefix=f"{SERVER_SCRATCH}{os.getpid()}-"))
 
 
 def _group_alive(pgid: int) -> bool:
@@ -376,6 +419,43 @@ def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, *
     return server
 
 
+SGLANG_DEFAULT_PORT = 30000  # what SGLang's parser is shown for a command whose port the launcher picks later
+
+
+@dataclass
+class DryRun:
+    """The command `serve` would run, and the served engine's own verdict on it where the kit can ask
+    (SGLang: its parser and argument checks, run on this CPU in that release's child)."""
+
+    command: list[str]
+    verdict: dict | None  # realload.parse_launch's answer; None: no engine parser was asked
+    release: str | None = None
+
+
+def dry_run(backend: str, config: ServeConfig, engine=None, loader: str | None = None) -> DryRun:
+    """What `serve` would launch, checked by SGLang's own parser when the backend is real SGLang.
+    Raises LaunchUnchecked when that SGLang release's parser is not installed here."""
+    engine = resolve_engine(engine) if engine is not None else None
+    config = replace(config, port=config.port or SGLANG_DEFAULT_PORT)
+    command = server_command(backend, config, engine, loader)
+    if backend != "sglang":
+        return DryRun(command, None)
+    if engine is None:
+        raise LaunchUnchecked("no SGLang release to check the command with: give --engine sglang==X.Y.Z")
+    return DryRun(command, sglang_verdict(command, engine.release), engine.release)
+
+
+def sglang_verdict(command: list[str], release: str) -> dict:
+    """SGLang `release`'s own parser and checks on `command` (a `python -m sglang.launch_server ...`)."""
+    from ..realload import LOADERS, ReleaseNotInstalled, parse_launch
+
+    try:
+        return parse_launch(release, [command[command.index("sglang.launch_server") + 1:]])[0]
+    except ReleaseNotInstalled:
+        raise LaunchUnchecked(f"SGLang {release}'s parser is not installed here: `{LOADERS['sglang'].install_command} "
+                              f"RELEASES={release}` installs it (on CPU, without serving)") from None
+
+
 def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str | None = None,
           retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
     """Start and wait for a server; on a start-up hang of real SGLang, retry once with CUDA graphs off.
@@ -394,6 +474,14 @@ def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str 
         why = speculation_refused(config.extra_args)
         if why:
             raise LaunchRefused(why)
+    if backend == "sglang" and engine is not None:  # SGLang's own parser first, where its release is here
+        try:
+            checked = dry_run(backend, config, engine, loader)
+        except LaunchUnchecked:
+            checked = None  # a GPU host serves its own SGLang, which says the same when it starts
+        if checked and not checked.verdict["accepted"]:
+            raise LaunchRefused(f"SGLang {checked.release} refused the command at its {checked.verdict['stage']}: "
+                                f"{checked.verdict['message']}")
     try:
         return _ready_server(backend, config, log_path, engine, loader, **server_kwargs)
     except ServerHung:
