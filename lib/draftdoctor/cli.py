@@ -300,23 +300,14 @@ def _serve_config(args):
 
 
 def _serving_engine(args):
-    """(Engine or None, label): the SGLang release served (sglang: --engine, else the installed one) or
-    emulated (reference: --engine, else the default), decided here once for serve and bench."""
-    from .engines import EngineSpecError, resolve_engine
-    from .serving.bench import backend_label, installed_sglang_release
-    from .serving.launcher import REFERENCE_DEFAULT_ENGINE
+    """(Engine or None, label): the release served (sglang: --engine, else the installed one; vllm:
+    --engine, else the tested one) or emulated (reference: --engine, else the default), decided here
+    once for serve and bench, by the backend's module."""
+    from .serving.launcher import backend_module
 
-    if args.backend == "reference":
-        engine = resolve_engine(args.engine or REFERENCE_DEFAULT_ENGINE)
-    elif args.backend in ("vllm", "llamacpp") or args.engine:
-        engine = resolve_engine(args.engine) if args.engine else None
-    else:
-        installed = installed_sglang_release()
-        try:  # a release newer than the kit knows still serves, with the newest flags it knows
-            engine = resolve_engine(f"sglang=={installed}") if installed else None
-        except EngineSpecError:
-            return None, f"SGLang {installed}"
-    return engine, backend_label(args.backend, engine)
+    module = backend_module(args.backend)
+    engine = module.resolve(args.engine)
+    return engine, module.backend_label(engine)
 
 
 def cmd_serve(args, out) -> int:
@@ -342,7 +333,8 @@ def cmd_serve(args, out) -> int:
     if exposed:
         sys.stderr.write(f"draftdoctor: warning: --host {_safe(args.host)} listens on {exposed}: anyone who can reach "
                          "this machine there can send the server requests"
-                         + (" (the reference server has no authentication)" if args.backend == "reference" else "")
+                         + (f" ({BACKENDS[args.backend].display} asks for no authentication)"
+                            if not BACKENDS[args.backend].authenticated else "")
                          + "; the kit's default is 127.0.0.1\n")
     sys.stderr.write(f"starting {label}; log: {args.log}\n")
     server = serve(args.backend, config, args.log, engine=engine, loader=args.loader,
@@ -411,7 +403,7 @@ def cmd_bench(args, out) -> int:
     drafts = _draft_pairs(args.draft)
     _writable_folder(args.out, "--out")
     for path in [args.target] + [p for _, p in drafts]:
-        if not Path(path).exists() and args.backend == "reference":
+        if not Path(path).exists() and BACKENDS[args.backend].runs_here:  # a GPU host's SGLang may name a hub id
             raise _UsageError(f"{path}: no such file or folder")
     engine, label = _serving_engine(args)
     prompts = load_prompts(args.prompts or DEMO_PROMPTS, limit=args.num_prompts)

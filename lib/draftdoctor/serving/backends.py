@@ -1,11 +1,14 @@
-"""What each serving backend can take in one measurement, one row per backend: the context it is
-served with, the new tokens one request may ask for, and the requests it holds at once. `bench`
-checks its arguments against the row (and the target's own context) before anything is launched, so
-an impossible request is one line and exit 2, not "Broken pipe" minutes later.
+"""The serving backends, one row each: what `serve` and `bench` launch, and what each can take in one
+measurement. The launcher, `bench` and the CLI read rows, never a backend's name; what a backend does
+lives in its module (`serving.<name>`: `command`, `launch`, `refusal`, `not_serving`, `backend_label`,
+`run_bench`, `sent_prompts`, `served_draft`, `resolve`). A fifth engine is a row here and its module.
 
+Request limits: the context each is served with, the new tokens one request may ask for, the requests
+it holds at once. `bench` checks its arguments against the row (and the target's own context) before
+anything is launched, so an impossible request is one line and exit 2, not "Broken pipe" minutes later.
 The kit's launch flags are the source of the contexts: vLLM and llama-server are started with
-`--max-model-len` / `-c` at `served_context` (serving.vllm, serving.llamacpp); SGLang and the
-reference backend serve the target's whole `max_position_embeddings`.
+`--max-model-len` / `-c` at `served_context`; SGLang and the reference backend serve the target's whole
+`max_position_embeddings`.
 """
 
 from __future__ import annotations
@@ -15,10 +18,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Backend:
-    """One backend's request limits."""
+    """One backend."""
 
     name: str
     display: str
+    # the engine release `--engine` defaults to: emulated (reference), served (vllm); None: chosen by
+    # the backend's module (`resolve`: the installed SGLang), or none
+    default_engine: str | None
+    # the engine a draft is diagnosed as before launching when no --engine is given (`bench`'s preflight)
+    checked_as: str
+    runs_here: bool = True  # False: GPU hosts only; the kit checks its command here but never serves it
+    authenticated: bool = True  # False: anyone who reaches its port can use it (`serve --host` warns)
+    own_counters: bool = False  # acceptance from the engine's own counters, else from SGLang's /server_info and log
+    retries_without_cuda_graph: bool = False  # a start-up hang is retried once with CUDA graphs off
     context_flag: str | None = None  # the launch flag that sets the served context (a user's extra flag wins)
     served_context: int | None = None  # tokens per sequence the kit launches it with (None: the target's)
     max_new_tokens: int | None = None  # the server's own cap on one request's new tokens (None: the context's)
@@ -26,13 +38,17 @@ class Backend:
 
 
 BACKENDS = {
-    # reference.server: greedy, one request at a time; MAX_NEW_TOKENS and MAX_REQUESTS are these
-    "reference": Backend("reference", "the reference backend", max_new_tokens=4096, max_requests=64),
-    "sglang": Backend("sglang", "SGLang"),
-    # vLLM on CPU: a 1 GB KV cache is enough for 512-token sequences (field notes §12)
-    "vllm": Backend("vllm", "vLLM", context_flag="--max-model-len", served_context=512),
+    # reference.server: greedy, one request at a time; its MAX_NEW_TOKENS and MAX_REQUESTS are these
+    "reference": Backend("reference", "the reference backend", "sglang==0.5.10", "sglang==0.5.10",
+                         authenticated=False, max_new_tokens=4096, max_requests=64),
+    "sglang": Backend("sglang", "SGLang", None, "sglang", runs_here=False, retries_without_cuda_graph=True),
+    # vLLM on CPU: a 1 GB KV cache is enough for 512-token sequences (field notes §12); 0.32.0 is the
+    # release its serving tests run, never whichever is newest on disk
+    "vllm": Backend("vllm", "vLLM", "vllm==0.32.0", "vllm==0.32.0", authenticated=False, own_counters=True,
+                    context_flag="--max-model-len", served_context=512),
     # llama-server: one slot (-np 1) of 512 tokens
-    "llamacpp": Backend("llamacpp", "llama.cpp", context_flag="-c", served_context=512),
+    "llamacpp": Backend("llamacpp", "llama.cpp", None, "llamacpp", authenticated=False, own_counters=True,
+                        context_flag="-c", served_context=512),
 }
 # the client's own bound: one thread and one connection per request in flight
 MAX_CONCURRENCY = 256

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .client import BenchResult, ClientError, avg_spec_accept_length, run_bench
-from .launcher import REFERENCE_DEFAULT_ENGINE, LaunchRefused, ServeConfig, ServerCrashed, cause, serve, tail
-from . import llamacpp, vllm
+from .client import BenchResult, ClientError, avg_spec_accept_length
+from .launcher import LaunchRefused, ServeConfig, ServerCrashed, backend_module, cause, serve, tail
 from .backends import BACKENDS, MAX_CONCURRENCY
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
@@ -179,33 +177,10 @@ def _int(value) -> int | None:
     return number if number > 0 and not isinstance(value, bool) else None
 
 
-def installed_sglang_release(python: str = sys.executable) -> str | None:
-    """The SGLang release installed for `python`, without importing it here."""
-    probe = "import importlib.metadata as m; print(m.version('sglang'))"
-    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-
 def backend_label(backend: str, engine=None) -> str:
     """What a user is told ran: e.g. "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads
     it", "reference backend emulating sglang==0.5.10 (CPU; not SGLang itself)", "SGLang 0.5.23"."""
-    from .launcher import REFERENCE_DEFAULT_ENGINE
-
-    engine = resolve_engine(engine) if engine is not None else None
-    if backend == "reference":
-        emulated = engine or resolve_engine(REFERENCE_DEFAULT_ENGINE)
-        from ..realload import LOADERS
-
-        return (f"reference backend emulating {emulated.spec} "
-                f"(CPU; not {LOADERS[emulated.name].display if emulated.name in LOADERS else emulated.name} itself)")
-    if backend == "vllm":
-        if engine is not None and engine.name == "vllm":  # --engine vllm==X: that release serves the drafts as they are
-            return vllm.label(vllm.served_release(engine.release))
-        return vllm.label(vllm.served_release()) + (f", each draft as {engine} loads it" if engine else "")
-    if backend == "llamacpp":
-        return llamacpp.label()
-    release = engine.release if engine else installed_sglang_release()
-    return f"SGLang {release}"
+    return backend_module(backend).backend_label(resolve_engine(engine) if engine is not None else None)
 
 
 @dataclass
@@ -252,21 +227,18 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     could answer are refused first (`check_requests`; `prompts_file` is named in its message)."""
     engine = resolve_engine(engine) if engine is not None else None
     check_requests(backend, target, prompts, max_new_tokens, concurrency, extra_args or (), prompts_file)
-    if backend == "llamacpp" and engine is not None and engine.name != "llamacpp":
-        raise BenchInputError(f"--backend llamacpp cannot serve a draft as {engine} loads it: llama.cpp refuses a "
-                              "checkpoint with tensors missing, so it cannot stand for a load that leaves parameters "
-                              "unset; measure that on --backend reference or vllm")
-    # an SGLang release newer than the profiles is checked with the newest known rows
-    default = {"sglang": "sglang", "vllm": "vllm", "llamacpp": "llamacpp"}.get(backend, REFERENCE_DEFAULT_ENGINE)
-    reports = preflight(target, drafts, engine or resolve_engine(default))
+    row, module = BACKENDS[backend], backend_module(backend)
+    why = module.cannot_serve_as(engine)
+    if why:
+        raise BenchInputError(why)
+    reports = preflight(target, drafts, engine or resolve_engine(row.checked_as))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     k = num_draft_tokens or num_steps + 1
     label = backend_label(backend, engine)
     runs = []
     for name, draft in drafts:
-        if backend == "vllm" and engine is not None and engine.name != "vllm":  # served as `engine`'s loader leaves it
-            draft = str(vllm.as_loaded_by(draft, engine, out_dir / f"served-{name}"))
+        draft = module.served_draft(draft, engine, out_dir / f"served-{name}")  # vLLM: as `engine`'s loader leaves it
         config = ServeConfig(target=target, draft=draft, num_steps=num_steps, topk=topk, num_draft_tokens=k,
                              host=host, port=0, extra_args=list(extra_args or []))
         log_path = out_dir / f"server-{name}.log"
@@ -286,9 +258,8 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
             continue
         with server:
             try:
-                measure = {"vllm": vllm.run_bench, "llamacpp": llamacpp.run_bench}.get(backend, run_bench)
-                sent = llamacpp.token_ids(target, prompts) if backend == "llamacpp" else prompts
-                result = measure(server.base_url, sent, name=name, max_new_tokens=max_new_tokens,
+                result = module.run_bench(server.base_url, module.sent_prompts(target, prompts), name=name,
+                                          max_new_tokens=max_new_tokens,
                                  concurrency=concurrency, num_draft_tokens=k,
                                  progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
             except ClientError as e:
@@ -304,7 +275,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                 raise BenchFailed(f"{name}: the {backend} server the kit started no longer holds port {server.port} "
                                   f"(it exited or another process took the port): this draft's answers are "
                                   f"discarded; its log: {log_path}")
-        if backend in ("vllm", "llamacpp"):  # the engine's counters are its own figure
+        if row.own_counters:  # the engine's counters are its own figure
             runs.append(BenchRun(result, backend, log_path, result.accept_length, None, label, **diagnosis))
             continue
         lines = parse_sglang_lines(log_path.read_text(errors="replace").splitlines(),

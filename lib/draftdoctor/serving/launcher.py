@@ -1,9 +1,10 @@
 """Launch a speculative-decoding server, wait until it is ready, and stop it without orphans.
 
-One launcher for four backends: `sglang` runs the real `python -m sglang.launch_server` (GPU hosts
-only; not run here); `reference` runs draftdoctor's CPU reference server, which takes the same flags;
-`vllm` runs real vLLM's OpenAI server on the CPU (draftdoctor.serving.vllm); `llamacpp` runs llama.cpp's
-llama-server on GGUF conversions of the target and draft (draftdoctor.serving.llamacpp). The server runs in its
+One launcher for every backend, each a row (serving.backends) and a module that says what it runs
+(`MODULES`): `sglang` runs the real `python -m sglang.launch_server` (GPU hosts only; not run here,
+where its own parser checks the command first); `reference` runs draftdoctor's CPU reference server,
+which takes the same flags; `vllm` runs real vLLM's OpenAI server on the CPU; `llamacpp` runs
+llama.cpp's llama-server on GGUF conversions of the target and draft. The server runs in its
 own process group with its output in a log file. Readiness is the backend's health endpoint
 answering 200 (`/health_generate`, vLLM's `/health`) or its ready log line, *and* the kernel saying
 that every socket listening on the port belongs to the server's process group (`listeners`): a port
@@ -35,11 +36,15 @@ from pathlib import Path
 
 from .. import listeners
 from ..realload.common import die_with_parent
-from ..engines import all_serving, resolve_engine, serving_facts
+from ..engines import resolve_engine
 from ..errors import UserError
+from . import llamacpp, reference, sglang, vllm
+from .backends import BACKENDS
+from .sglang import LaunchUnchecked, ServeConfig, cuda_graph_flags, launch_args  # noqa: F401  (the launcher's words)
 
-READY_LINE = "The server is fired up and ready to roll!"
-REFERENCE_DEFAULT_ENGINE = "sglang==0.5.10"  # the release the reference backend emulates unless told
+READY_LINE = sglang.READY_LINE  # a Server's default readiness: SGLang's, which the reference server prints too
+REFERENCE_DEFAULT_ENGINE = reference.DEFAULT_ENGINE
+MODULES = {module.ROW.name: module for module in (reference, sglang, vllm, llamacpp)}
 
 
 class ServerError(UserError, RuntimeError):
@@ -67,86 +72,19 @@ class LaunchRefused(ServerError):
     """A launch configuration that cannot work, refused before anything starts."""
 
 
-class LaunchUnchecked(UserError):
-    """A command the kit was asked to check with an engine's own parser that is not installed here."""
-
-
-@dataclass
-class ServeConfig:
-    """What to serve and how; the fields map one to one onto SGLang's launch flags."""
-
-    target: str
-    draft: str | None = None
-    algorithm: str = "EAGLE3"
-    num_steps: int | None = 4
-    topk: int | None = 1
-    num_draft_tokens: int | None = 5
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: a free port, chosen at launch (and chosen again if another process takes it first)
-    tp_size: int | None = None
-    dp_size: int | None = None
-    nnodes: int | None = None
-    node_rank: int | None = None
-    dist_init_addr: str | None = None
-    mem_fraction_static: float | None = None
-    disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int | None = None
-    extra_args: list[str] = field(default_factory=list)  # passed through unchanged
-
-
-def cuda_graph_flags(release: str | None) -> tuple[tuple[str, ...], str]:
-    """(disable flags, max-bs flag) valid for `release` (engines.sglang.SERVING; the newest row's
-    when None or newer than any row)."""
-    facts = (serving_facts(release) if release is not None else None) or all_serving()[-1]
-    return facts.disable_cuda_graph, facts.cuda_graph_max_bs
-
-
-def launch_args(config: ServeConfig, release: str | None = None) -> list[str]:
-    """SGLang launch_server flags for `config`, spelled for `release`."""
-    args = ["--model-path", config.target]
-    if config.draft is not None:
-        args += ["--speculative-algorithm", config.algorithm, "--speculative-draft-model-path", config.draft]
-        spec = (config.num_steps, config.topk, config.num_draft_tokens)
-        if any(v is not None for v in spec):
-            if any(v is None for v in spec):
-                # SGLang requires all three or none (it then picks them from the target).
-                raise ValueError("give num_steps, topk and num_draft_tokens together, or none of them")
-            args += ["--speculative-num-steps", str(config.num_steps), "--speculative-eagle-topk", str(config.topk),
-                     "--speculative-num-draft-tokens", str(config.num_draft_tokens)]
-    args += ["--host", config.host, "--port", str(config.port)]
-    for flag, value in (("--tp-size", config.tp_size), ("--dp-size", config.dp_size), ("--nnodes", config.nnodes),
-                        ("--node-rank", config.node_rank), ("--dist-init-addr", config.dist_init_addr),
-                        ("--mem-fraction-static", config.mem_fraction_static)):
-        if value is not None:
-            args += [flag, str(value)]
-    disable, max_bs = cuda_graph_flags(release)
-    if config.disable_cuda_graph:
-        args += list(disable)
-    if config.cuda_graph_max_bs is not None:
-        args += [max_bs, str(config.cuda_graph_max_bs)]
-    return args + list(config.extra_args)
+def backend_module(backend: str):
+    """The module of `backend`'s row (serving.backends): what it runs and how it is measured."""
+    if backend not in MODULES:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    return MODULES[backend]
 
 
 def server_command(backend: str, config: ServeConfig, engine=None, loader: str | None = None,
                    python: str | None = None) -> list[str]:
-    """The full argv for `backend` ('sglang', 'reference' or 'vllm'); `engine` (an Engine or a spec) is
-    the SGLang release served, or emulated by the reference backend (None: the newest flags, the
-    reference server's default release); vLLM serves the draft as it is."""
-    python = python or sys.executable
+    """The full argv for `backend`; `engine` (an Engine or a spec) is the release served, emulated by
+    the reference backend, or (vLLM) the one whose load the served checkpoint stands for."""
     engine = resolve_engine(engine) if engine is not None else None
-    release = engine.release if engine else None
-    if backend == "sglang":
-        return [python, "-m", "sglang.launch_server", *launch_args(config, release)]
-    if backend == "reference":
-        extra = (["--engine", engine.spec] if engine else []) + (["--loader", loader] if loader else [])
-        return [python, "-m", "draftdoctor.reference.server", *launch_args(config, release), *extra]
-    if backend == "vllm":
-        from . import vllm
-
-        return vllm.server_command(config, python)
-    if backend == "llamacpp":
-        raise ValueError("llama-server serves GGUF files: `serve` converts the target and draft first")
-    raise ValueError(f"unknown backend {backend!r}: use 'sglang', 'reference', 'vllm' or 'llamacpp'")
+    return backend_module(backend).command(config, engine, loader, python)
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -200,7 +138,7 @@ class Server:
 
     def __init__(self, argv, log_path, host: str, port: int, env: dict | None = None,
                  ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2,
-                 health_path: str = "/health_generate", ready_line: str = READY_LINE):
+                 health_path: str = sglang.HEALTH_PATH, ready_line: str = READY_LINE):
         if port == 0 and not callable(argv):
             raise ValueError("port 0 (choose one) needs argv as a function of the port")
         self.command, self.log_path = argv, Path(log_path)
@@ -388,38 +326,18 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, **server_kwargs) -> Server:
-    if backend == "vllm":
-        from . import vllm
-
-        served = vllm.served_release(engine.release if engine is not None and engine.name == "vllm" else None)
-        server_kwargs = {"env": vllm.server_env(served), "health_path": vllm.HEALTH_PATH,
-                         "ready_line": vllm.READY_LINE, **server_kwargs}
-        engine = None  # vLLM serves the draft as it is (bench makes the checkpoint for an engine's load)
-    if backend == "llamacpp":
-        from . import llamacpp
-
-        ggufs = (llamacpp.convert(config.draft, config.target) if config.draft else None, llamacpp.convert(config.target))
-
-        def argv(port):
-            return llamacpp.server_command(replace(config, port=port), *ggufs)
-
-        server_kwargs = {"health_path": llamacpp.HEALTH_PATH, "ready_line": llamacpp.READY_LINE, **server_kwargs}
-    else:
-        def argv(port):
-            return server_command(backend, replace(config, port=port), engine, loader)
-    server = Server(argv, log_path, config.host, config.port, **server_kwargs)
+    module = backend_module(backend)
+    argv, launch_kwargs = module.launch(config, engine, loader)
+    server = Server(argv, log_path, config.host, config.port, **{**launch_kwargs, **server_kwargs})
     try:
         server.start().wait_ready()
-        if backend == "llamacpp" and config.draft and not llamacpp.speculating(server.base_url):
-            raise LaunchRefused(f"llama-server loaded the draft but does not speculate (its /slots say so; "
-                                f"log: {log_path})")
+        why = module.not_serving(server.base_url) if config.draft else None
+        if why:
+            raise LaunchRefused(f"{why} (log: {log_path})")
     except BaseException:
         server.stop()
         raise
     return server
-
-
-SGLANG_DEFAULT_PORT = 30000  # what SGLang's parser is shown for a command whose port the launcher picks later
 
 
 @dataclass
@@ -433,27 +351,17 @@ class DryRun:
 
 
 def dry_run(backend: str, config: ServeConfig, engine=None, loader: str | None = None) -> DryRun:
-    """What `serve` would launch, checked by SGLang's own parser when the backend is real SGLang.
-    Raises LaunchUnchecked when that SGLang release's parser is not installed here."""
+    """What `serve` would launch (a port the launcher would pick shown as SGLang's default), checked by
+    SGLang's own parser when the backend is real SGLang, which is run only on GPU hosts. Raises
+    LaunchUnchecked when that SGLang release's parser is not installed here."""
     engine = resolve_engine(engine) if engine is not None else None
-    config = replace(config, port=config.port or SGLANG_DEFAULT_PORT)
+    config = replace(config, port=config.port or sglang.DEFAULT_PORT)
     command = server_command(backend, config, engine, loader)
-    if backend != "sglang":
+    if BACKENDS[backend].runs_here:
         return DryRun(command, None)
     if engine is None:
         raise LaunchUnchecked("no SGLang release to check the command with: give --engine sglang==X.Y.Z")
-    return DryRun(command, sglang_verdict(command, engine.release), engine.release)
-
-
-def sglang_verdict(command: list[str], release: str) -> dict:
-    """SGLang `release`'s own parser and checks on `command` (a `python -m sglang.launch_server ...`)."""
-    from ..realload import LOADERS, ReleaseNotInstalled, parse_launch
-
-    try:
-        return parse_launch(release, [command[command.index("sglang.launch_server") + 1:]])[0]
-    except ReleaseNotInstalled:
-        raise LaunchUnchecked(f"SGLang {release}'s parser is not installed here: `{LOADERS['sglang'].install_command} "
-                              f"RELEASES={release}` installs it (on CPU, without serving)") from None
+    return DryRun(command, sglang.verdict(config, engine), engine.release)
 
 
 def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str | None = None,
@@ -468,24 +376,15 @@ def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str 
     refused = [f for f in launch_checks(config.algorithm, config.draft) if f.severity == "error"]
     if refused:
         raise LaunchRefused("; ".join(f"{f.code}: {f.message}" for f in refused))
-    if backend == "llamacpp" and config.draft:
-        from .llamacpp import speculation_refused
-
-        why = speculation_refused(config.extra_args)
-        if why:
-            raise LaunchRefused(why)
-    if backend == "sglang" and engine is not None:  # SGLang's own parser first, where its release is here
-        try:
-            checked = dry_run(backend, config, engine, loader)
-        except LaunchUnchecked:
-            checked = None  # a GPU host serves its own SGLang, which says the same when it starts
-        if checked and not checked.verdict["accepted"]:
-            raise LaunchRefused(f"SGLang {checked.release} refused the command at its {checked.verdict['stage']}: "
-                                f"{checked.verdict['message']}")
+    engine = resolve_engine(engine) if engine is not None else None
+    why = backend_module(backend).refusal(config, engine, loader)  # e.g. SGLang's own parser, before anything runs
+    if why:
+        raise LaunchRefused(why)
     try:
         return _ready_server(backend, config, log_path, engine, loader, **server_kwargs)
     except ServerHung:
-        if not (retry_without_cuda_graph and backend == "sglang" and not config.disable_cuda_graph):
+        if not (retry_without_cuda_graph and BACKENDS[backend].retries_without_cuda_graph
+                and not config.disable_cuda_graph):
             raise
     retry = replace(config, disable_cuda_graph=True)
     return _ready_server(backend, retry, log_path, engine, loader, **server_kwargs)

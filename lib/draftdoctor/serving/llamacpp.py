@@ -123,6 +123,59 @@ def server_command(config, draft_gguf: Path | None, target_gguf: Path) -> list[s
     return argv + list(config.extra_args)
 
 
+def command(config, engine=None, loader: str | None = None, python: str | None = None) -> list[str]:
+    """llama-server serves GGUF files: the command names the converted target and draft (`launch`
+    converts them first; this converts too, from the cache when it can)."""
+    return server_command(config, convert(config.draft, config.target) if config.draft else None,
+                          convert(config.target))
+
+
+def launch(config, engine=None, loader: str | None = None):
+    """(argv as a function of the port, the Server's keyword arguments), the GGUFs converted first."""
+    from dataclasses import replace
+
+    ggufs = (convert(config.draft, config.target) if config.draft else None, convert(config.target))
+    return (lambda port: server_command(replace(config, port=port), *ggufs)), {
+        "health_path": HEALTH_PATH, "ready_line": READY_LINE}
+
+
+def refusal(config, engine=None, loader: str | None = None) -> str | None:
+    return speculation_refused(config.extra_args) if config.draft else None
+
+
+def not_serving(base_url: str) -> str | None:
+    """Why a ready llama-server that loaded a draft does not speculate, or None."""
+    return None if speculating(base_url) else "llama-server loaded the draft but does not speculate (its /slots say so)"
+
+
+def backend_label(engine=None) -> str:
+    return label()
+
+
+def sent_prompts(target, prompts: list[str]) -> list[list[int]]:
+    """llama.cpp gets token ids (the target's tokenizer.json), as the agreement tests send them."""
+    return token_ids(target, prompts)
+
+
+def cannot_serve_as(engine) -> str | None:
+    """Why a draft cannot be served as `engine`'s loader leaves it, or None."""
+    if engine is not None and engine.name != "llamacpp":
+        return (f"--backend llamacpp cannot serve a draft as {engine} loads it: llama.cpp refuses a checkpoint "
+                "with tensors missing, so it cannot stand for a load that leaves parameters unset; measure that on "
+                "--backend reference or vllm")
+    return None
+
+
+def served_draft(draft: str, engine, folder) -> str:
+    return draft
+
+
+def resolve(spec: str | None):
+    from ..engines import resolve_engine
+
+    return resolve_engine(spec) if spec else None
+
+
 def speculation_refused(extra_args) -> str | None:
     """Why a draft launch would do no speculation (a `--spec-type` without draft-eagle3 among the extra
     arguments), or None."""

@@ -45,7 +45,7 @@ class VllmNotInstalled(UserError):
 
 # The release `--backend vllm` serves unless told: the one its serving tests run (tests/test_vllm_serving.py,
 # tests/test_vllm_agreement.py, tests/test_ports.py), never whichever happens to be newest on disk.
-DEFAULT_RELEASE = "0.32.0"
+DEFAULT_RELEASE = ROW.default_engine.split("==")[1]
 
 
 def served_release(release: str | None = None) -> str:
@@ -74,6 +74,57 @@ def server_command(config, python: str | None = None) -> list[str]:
         spec = {"method": "eagle3", "model": config.draft, "num_speculative_tokens": config.num_steps or 4}
         argv += ["--speculative-config", json.dumps(spec)]
     return argv + list(config.extra_args)
+
+
+def command(config, engine=None, loader: str | None = None, python: str | None = None) -> list[str]:
+    """vLLM serves the draft as it is: `engine` (another engine's release) is what `served_draft` wrote it for."""
+    return server_command(config, python)
+
+
+def launch(config, engine=None, loader: str | None = None):
+    """(argv as a function of the port, the Server's keyword arguments): the release `--engine vllm==X`
+    names, else DEFAULT_RELEASE, in its own environment."""
+    from dataclasses import replace
+
+    served = served_release(engine.release if engine is not None and engine.name == "vllm" else None)
+    return (lambda port: server_command(replace(config, port=port))), {
+        "env": server_env(served), "health_path": HEALTH_PATH, "ready_line": READY_LINE}
+
+
+def refusal(config, engine=None, loader: str | None = None) -> str | None:
+    return None  # vLLM refuses a bad command itself, in its log, within seconds
+
+
+def not_serving(base_url: str) -> str | None:
+    return None
+
+
+def backend_label(engine=None) -> str:
+    """e.g. "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads it"."""
+    if engine is not None and engine.name == "vllm":  # --engine vllm==X: that release serves the drafts as they are
+        return label(served_release(engine.release))
+    return label(served_release()) + (f", each draft as {engine} loads it" if engine else "")
+
+
+def sent_prompts(target, prompts: list[str]) -> list[str]:
+    return prompts
+
+
+def cannot_serve_as(engine) -> str | None:
+    return None  # `served_draft` writes the draft as `engine`'s loader leaves it
+
+
+def served_draft(draft: str, engine, folder) -> str:
+    """The draft as `engine`'s loader leaves it (another engine's release), else as it is."""
+    if engine is not None and engine.name != "vllm":
+        return str(as_loaded_by(draft, engine, folder))
+    return draft
+
+
+def resolve(spec: str | None):
+    from ..engines import resolve_engine
+
+    return resolve_engine(spec) if spec else None
 
 
 def server_env(release: str) -> dict:
