@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from draftdoctor.fix import apply_fix, plan_fix
-from draftdoctor.serving.agreement import compare_with_vllm, prompt_ids, reference_acceptance
+from draftdoctor.proofs.agreement import compare_with_vllm, prompt_ids, reference_acceptance
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"

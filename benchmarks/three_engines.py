@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from draftdoctor.serving.agreement import compare_with_llamacpp, compare_with_vllm, prompt_ids
+from draftdoctor.proofs.agreement import compare_with_llamacpp, compare_with_vllm, prompt_ids
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 

@@ -13,7 +13,7 @@ RELEASE_STORE := $(BUILD)/release-store
 .PHONY: sglang-loaders
 sglang-loaders: setup $(foreach r,$(SGLANG_RELEASES),$(SGLANG_DIR)/$(r)/.installed $(SGLANG_DIR)/$(r)/.linked)
 ifeq ($(RELEASES),all)
-	$(BIN)/python -m draftdoctor.realload.sweep sglang --out docs/releases/sglang.md
+	$(BIN)/python -m draftdoctor.proofs.sweep sglang --out docs/releases/sglang.md
 endif
 
 # The marker is written only after the child's self-check passed in the fresh folder (the adapter fits,

@@ -10,7 +10,7 @@ VLLM_DIR := $(BUILD)/vllm
 .PHONY: vllm-loaders
 vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.installed $(VLLM_DIR)/$(r)/.linked)
 ifeq ($(RELEASES),all)
-	$(BIN)/python -m draftdoctor.realload.sweep vllm --out docs/releases/vllm.md
+	$(BIN)/python -m draftdoctor.proofs.sweep vllm --out docs/releases/vllm.md
 endif
 
 # The marker is written only after the child's self-check passed in the fresh folder (a tiny draft

@@ -1,4 +1,4 @@
-"""The replay against the engines' own loaders: on the differential corpus (draftdoctor.differential:
+"""The replay against the engines' own loaders: on the differential corpus (draftdoctor.proofs.differential:
 every rule of every loader, every draft class) and on the public corpus of published layouts, they must
 agree on every parameter's status and every finding code, for each release whose real loader is
 installed. Where they disagree, the profile is wrong. Needs `make sglang-loaders vllm-loaders` (run by
@@ -7,7 +7,7 @@ installed. Where they disagree, the profile is wrong. Needs `make sglang-loaders
 import pytest
 from conftest import require_release, releases_under_test
 
-from draftdoctor import differential
+from draftdoctor.proofs import differential
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.coverage import replay
 from draftdoctor.engines import EngineSpecError, resolve_engine

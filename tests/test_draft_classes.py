@@ -1,13 +1,13 @@
 """Every EAGLE-3 draft class the supported releases register (issue 20): the parameter list of MLA drafts
 (SGLang's `Eagle3DeepseekV2ForCausalLM`; vLLM's, also registered as `...V3...`) and of vLLM's Qwen3 class
 (q/k norms) is the engines' own; their case-by-case fates are in the differential corpus
-(draftdoctor.differential, tests/test_differential.py). Needs `make sglang-loaders vllm-loaders`."""
+(draftdoctor.proofs.differential, tests/test_differential.py). Needs `make sglang-loaders vllm-loaders`."""
 
 import pytest
 from conftest import require_release
 
 from draftdoctor.checkpoint import open_checkpoint
-from draftdoctor import differential
+from draftdoctor.proofs import differential
 from draftdoctor.coverage import draft_dims, replay
 from draftdoctor.engines import parameters, resolve_engine
 from draftdoctor.synth import write_mla_draft

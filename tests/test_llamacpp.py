@@ -50,7 +50,7 @@ def test_the_replay_knows_what_fails_loudly_and_when(tmp_path):
 
 
 def test_the_real_converter_and_loader_agree_with_the_replay(built, tmp_path):
-    from draftdoctor import differential
+    from draftdoctor.proofs import differential
     from draftdoctor.checkpoint import open_checkpoint
     from draftdoctor.coverage import replay
     from draftdoctor.realcheck import real_checks
@@ -85,7 +85,7 @@ def test_bench_on_llamacpp_measures_the_fixed_draft(built, tmp_path):
 
 
 def test_reference_backend_agrees_with_llamacpp(built, tmp_path):
-    from draftdoctor.serving.agreement import compare_with_llamacpp, prompt_ids
+    from draftdoctor.proofs.agreement import compare_with_llamacpp, prompt_ids
 
     ids = prompt_ids(DEMO / "target", PROMPTS)
     agreement = compare_with_llamacpp(DEMO / "target", DEMO / "draft-speculators", ids, tmp_path)

@@ -1,10 +1,10 @@
-"""The release sweep's table (draftdoctor.realload.sweep): the committed docs/releases/*.md are read by
+"""The release sweep's table (draftdoctor.proofs.sweep): the committed docs/releases/*.md are read by
 people deciding which profile row to trust, so what a cell and a mark say must be exactly what ran."""
 
 from types import SimpleNamespace
 
 from draftdoctor import findings as F
-from draftdoctor.realload.sweep import ReleaseRow, letters, markdown
+from draftdoctor.proofs.sweep import ReleaseRow, letters, markdown
 
 
 def report(*found):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import require_release
 
-from draftdoctor.serving.agreement import compare_with_vllm, prompt_ids, reference_acceptance
+from draftdoctor.proofs.agreement import compare_with_vllm, prompt_ids, reference_acceptance
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 PROMPTS = [json.loads(line)["prompt"] for line in (DEMO / "prompts.jsonl").read_text().splitlines()][:16]

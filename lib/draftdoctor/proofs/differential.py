@@ -5,7 +5,7 @@ Each case is one rule of some loader (a layout, a missing or extra tensor, a con
 quirk); together they tell every profile row apart. `write_cases` writes them with `synth` (tiny,
 real data), `write_public` rebuilds tests/corpus/public (published layouts, sparse), and `disagreements`
 says where a replayed report and a real one differ. `tests/test_differential.py` and
-`tests/test_draft_classes.py` require none; `realload.sweep` tabulates them for every release.
+`tests/test_draft_classes.py` require none; `proofs.sweep` tabulates them for every release.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .configs import FLAT, config_format
-from .engines import resolve_engine
-from .synth import REMOVE, DraftShape, edit_config, write_draft, write_header_only, write_mla_draft
+from ..configs import FLAT, config_format
+from ..engines import resolve_engine
+from ..synth import REMOVE, DraftShape, edit_config, write_draft, write_header_only, write_mla_draft
 
 H, I = 64, 128
 F16 = np.float16
@@ -110,7 +110,7 @@ QWEN3 = {
                                    config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7], "eagle_config": REMOVE}),
 }
 WONT_START = {"loader-crash", "shape-mismatch", "config-unreadable"}
-PUBLIC = Path(__file__).resolve().parents[2] / "tests" / "corpus" / "public"
+PUBLIC = Path(__file__).resolve().parents[3] / "tests" / "corpus" / "public"
 
 
 def write_qwen3_draft(folder, speculators: bool = False, config: dict | None = None, **kwargs) -> Path:

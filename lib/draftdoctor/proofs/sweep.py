@@ -1,8 +1,8 @@
 """The release sweep: every installed release of an engine runs its own loader over the differential
-corpus (draftdoctor.differential: the synthetic cases and the public corpus of published drafts), and
+corpus (draftdoctor.proofs.differential: the synthetic cases and the public corpus of published drafts), and
 one table says what each release does with each case and whether the replay's profile row says the same.
 
-`python -m draftdoctor.realload.sweep sglang --out docs/releases/sglang.md` (run by `make
+`python -m draftdoctor.proofs.sweep sglang --out docs/releases/sglang.md` (run by `make
 sglang-loaders RELEASES=all`, likewise for vllm) writes the committed table; a release range in
 `draftdoctor.engines` is split exactly where this table shows behaviour changing. Each release's warm
 worker is stopped once its row is done (dozens of idle engines would not fit in memory).
@@ -45,8 +45,8 @@ def sweep(engine: str, work: Path, progress=print, jobs: int = 1) -> list[Releas
     child process: on 2 cores, two halve the sweep)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .. import differential
-    from . import installed_releases
+    from . import differential
+    from ..realload import installed_releases
 
     cases = differential.write_cases(work / "cases", engine)
     cases |= {f"public/{name}": folder for name, folder in differential.write_public(work / "public").items()}
@@ -63,12 +63,12 @@ def sweep(engine: str, work: Path, progress=print, jobs: int = 1) -> list[Releas
 
 def sweep_release(engine: str, release: str, cases: dict) -> ReleaseRow:
     """What `release`'s own loader does with each case, and where the replay's profile row disagrees."""
-    from .. import differential
+    from . import differential
     from ..checkpoint import open_checkpoint
     from ..coverage import replay
     from ..engines import EngineSpecError, resolve_engine
     from ..realcheck import RealCheckError, from_real, real_checks
-    from . import RealLoaderError, run_real_loaders, stop_worker
+    from ..realload import RealLoaderError, run_real_loaders, stop_worker
 
     try:
         profile = resolve_engine(f"{engine}=={release}").profile.spec
@@ -109,8 +109,8 @@ def markdown(engine: str, rows: list[ReleaseRow], machine: str) -> str:
     """The committed table: releases as rows, cases as columns."""
     names = list(dict.fromkeys(name for row in rows for name in row.cells))
     lines = [f"# {engine}: what each release's own loader does with the differential corpus", "",
-             f"Written by `python -m draftdoctor.realload.sweep {engine}` (`make {engine}-loaders RELEASES=all`) on "
-             f"{machine}. One row per release run; one column per case of `draftdoctor.differential` (a layout, "
+             f"Written by `python -m draftdoctor.proofs.sweep {engine}` (`make {engine}-loaders RELEASES=all`) on "
+             f"{machine}. One row per release run; one column per case of `draftdoctor.proofs.differential` (a layout, "
              "a missing or extra tensor, a config option, a draft class's quirk; `public/`: a published draft of "
              "tests/corpus/public, rebuilt header-only). Cells: the real loader's findings "
              + ", ".join(f"{letter} {code}" for code, letter in LETTERS.items())

@@ -94,8 +94,8 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
 def vllm_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new_tokens: int, num_steps: int,
                     log_path) -> Acceptance:
     """Real vLLM serving `draft_dir` as it is, its counters read around the run."""
-    from . import vllm
-    from .launcher import ServeConfig, serve
+    from ..serving import vllm
+    from ..serving.launcher import ServeConfig, serve
 
     config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1)
     with serve("vllm", config, log_path) as server:
@@ -107,8 +107,8 @@ def vllm_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new_tok
 def llamacpp_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new_tokens: int, num_steps: int,
                         log_path) -> Acceptance:
     """Real llama.cpp serving `draft_dir` (converted by its own converter), its counters read around the run."""
-    from . import llamacpp
-    from .launcher import ServeConfig, serve
+    from ..serving import llamacpp
+    from ..serving.launcher import ServeConfig, serve
 
     config = ServeConfig(target=str(target_dir), draft=str(draft_dir), num_steps=num_steps, num_draft_tokens=num_steps + 1)
     with serve("llamacpp", config, log_path) as server:
@@ -132,7 +132,7 @@ def compare_with_llamacpp(target_dir, draft_dir, prompts: list[list[int]], out_d
 def compare_with_vllm(target_dir, draft_dir, prompts: list[list[int]], out_dir, max_new_tokens: int = 48,
                       num_steps: int = 4) -> Agreement:
     """The reference engine emulating the installed vLLM release against that release, on one draft."""
-    from . import vllm
+    from ..serving import vllm
 
     release = vllm.served_release()
     real = vllm_acceptance(target_dir, draft_dir, prompts, max_new_tokens, num_steps,
