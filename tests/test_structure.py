@@ -63,3 +63,23 @@ def test_no_import_circle():
 
 def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_code_cites_only_what_the_repository_holds():
+    """Engine facts are cited from docs/engine-facts.md, whose headings the citations name; nothing in
+    lib/ points at notes outside the repository."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    headings = re.findall(r"^## (.+)$", (root / "docs" / "engine-facts.md").read_text(), re.MULTILINE)
+    outside, unknown = [], []
+    for path in (root / "lib").rglob("*"):
+        if not path.is_file() or path.suffix not in (".py", ".txt", ".mk"):
+            continue
+        text = path.read_text()
+        if re.search(r"field.notes|\.\./shared", text, re.IGNORECASE):
+            outside.append(str(path.relative_to(root)))
+        for cited in re.findall(r'docs/engine-facts\.md[:,]\s*((?:"[^"]+"(?:,\s*)?)+)', text):
+            unknown += [f"{path.name}: {name}" for name in re.findall(r'"([^"]+)"', cited)
+                        if not any(h.startswith(name) for h in headings)]
+    assert outside == [] and unknown == []

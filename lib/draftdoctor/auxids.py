@@ -1,6 +1,6 @@
 """Aux hidden-state layer ids: where a config keeps them, what they mean there, what an engine captures.
 
-The one home of the convention (field notes §3, §12). A draft's fc reads the residual stream of a few
+The one home of the convention (docs/engine-facts.md: "SGLang's EAGLE-3 loader", "Real engines on these CPUs"). A draft's fc reads the residual stream of a few
 target layers; a list of ids names them, in one of two conventions told by where the config keeps it:
 - `eagle_config.eagle_aux_hidden_state_layer_ids` holds SGLang's: id k names the input of target
   layer k + 1 (SGLang captures id + 1); the EAGLE repo and SpecForge write this place;

@@ -5,7 +5,7 @@ A checkpoint is a `.safetensors` file, a folder holding one, or a sharded folder
 tensor data, never mmap, never torch. So a 64-shard, 10^5-tensor checkpoint lists in a fraction of a
 second, and a shard larger than memory is no problem.
 
-Validation follows the reference reader (field notes §10) and adds what it misses: duplicate keys,
+Validation follows the reference reader (docs/engine-facts.md: "The safetensors format") and adds what it misses: duplicate keys,
 index entries that point at missing files or outside the folder, index entries absent from the
 shard headers, and tensors in shards that the index does not list. Every problem is one
 `CheckpointError` naming the file, and the tensor where there is one.

@@ -1,6 +1,7 @@
 """Checks beyond names: the other ways a draft loads and then silently misbehaves.
 
-Field notes §2–§5 list them: aux-layer ids the engine does not read or reads in another convention,
+The engine facts behind them are in docs/engine-facts.md ("Config formats", the two loaders,
+"Acceptance"): aux-layer ids the engine does not read or reads in another convention,
 training options the engine cannot compute, a vocabulary map that is missing or wrong, a missing
 head, a draft that does not fit its target (values: draftdoctor.values). Each gives the same symptom as a naming
 mismatch (low or zero acceptance, no error), so each is a finding with a stable code.

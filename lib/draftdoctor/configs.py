@@ -1,6 +1,6 @@
 """Draft configs: recognise their format and read the dimensions an engine builds from.
 
-Two formats exist (field notes §2): the flat Llama config SGLang and the original EAGLE code read
+Two formats exist (docs/engine-facts.md: "Config formats"): the flat Llama config SGLang and the original EAGLE code read
 (`architectures: ["LlamaForCausalLMEagle3"]`, `model_type: "llama"`, aux ids in `eagle_config`), and
 speculators' nested config (`speculators_model_type`, layer fields under `transformer_layer_config`,
 no top-level `model_type`). `DraftDims` is what both have in common, in one place.
@@ -175,7 +175,7 @@ class DraftDims:
 
 # --- Rewriting a config for an engine (used by `draftdoctor fix`) ---------------------------------
 #
-# The two formats carry the same draft, with two traps (field notes §3): SGLang reads the aux layer
+# The two formats carry the same draft, with two traps (docs/engine-facts.md: "SGLang's EAGLE-3 loader"): SGLang reads the aux layer
 # ids only from `eagle_config` and captures id + 1, where speculators and vLLM use the ids as-is;
 # and a flag one engine implements may mean nothing to another. A flat config keeps the
 # speculators fields it cannot hold under RECORD_KEY, so converting back loses nothing.

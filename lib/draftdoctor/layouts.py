@@ -1,6 +1,6 @@
 """Producer layouts: which tool wrote a draft checkpoint, told from its keys and config.
 
-Field notes §2: speculators saves the decoder layer as `layers.N.*` and a nested config; the original
+docs/engine-facts.md, "Config formats": speculators saves the decoder layer as `layers.N.*` and a nested config; the original
 EAGLE-3 repo and SpecForge save it as `midlayer.*` with a flat config; some exports prefix every
 key with `model.` (as an engine's own parameter names are). Detection returns the evidence it used,
 so a user can see why the kit thinks what it thinks.

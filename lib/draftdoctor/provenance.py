@@ -1,6 +1,6 @@
 """Which draft architecture a checkpoint is and which tool wrote it, as far as the evidence shows.
 
-Field notes §13–§14: the `architectures` a config names (and whether it is speculators' nested
+docs/engine-facts.md, "Published drafts": the `architectures` a config names (and whether it is speculators' nested
 format) tells the draft class an engine would build; key patterns tell the attention kind (q/k norms
 for Qwen3-style drafts, MLA projections for Kimi/DeepSeek targets); config fields and key layouts
 tell the trainer. Each rule is a row: the first that matches wins, and its evidence is shown. A
@@ -19,7 +19,7 @@ DRAFT_CLASS = {LLAMA: "llama", QWEN3: "qwen3", MLA: "mla"}  # the engines' build
 MLA_KEYS = ("kv_a_proj_with_mqa", "q_a_proj", "kv_b_proj")
 # the tools that write the plain midlayer layout with SGLang's flat config: nothing in it tells them apart
 MIDLAYER_WRITERS = "the EAGLE repo, SpecForge or a converter"
-# ModelOpt's nested eagle_config switches (field notes §14)
+# ModelOpt's nested eagle_config switches (docs/engine-facts.md: "Published drafts")
 MODELOPT_FIELDS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_aux_hidden_state")
 
 

@@ -42,7 +42,7 @@ class WeightsMapper:
 
 
 KEEP = WeightsMapper("keep the names")
-# SGLang 0.4.x-0.5.11 name the single decoder layer `midlayer` (field notes §3)
+# SGLang 0.4.x-0.5.11 name the single decoder layer `midlayer` (docs/engine-facts.md: "SGLang's EAGLE-3 loader")
 LAYERS_TO_MIDLAYER = WeightsMapper("layers.0. -> midlayer.", orig_to_new_prefix=(("layers.0.", "midlayer."),))
 # speculators' layout, which vLLM and SGLang >= 0.5.12 load natively
 MIDLAYER_TO_LAYERS = WeightsMapper("midlayer. -> layers.0.", orig_to_new_prefix=(("midlayer.", "layers.0."),))

@@ -119,7 +119,7 @@ def flat_config(shape: DraftShape) -> dict:
 
 
 def speculators_config(shape: DraftShape) -> dict:
-    """speculators' nested config (0.9.0 shape, field notes §2)."""
+    """speculators' nested config (0.9.0 shape, docs/engine-facts.md: "Config formats")."""
     return {
         "architectures": ["Eagle3DraftModel"],
         "speculators_model_type": "eagle3",

@@ -1,4 +1,4 @@
-"""llama.cpp's EAGLE-3 path (field notes §12): its converter (`convert_hf_to_gguf.py --target-model-dir`)
+"""llama.cpp's EAGLE-3 path (docs/engine-facts.md: "Real engines on these CPUs"): its converter (`convert_hf_to_gguf.py --target-model-dir`)
 and its loader (`src/models/eagle3.cpp`), as vendored by the llama-cpp-python sdist the kit builds
 (0.3.36: llama.cpp commit 0c1e570). The release is the sdist's version.
 

@@ -1,6 +1,6 @@
 """What an engine profile row holds: how one engine release range builds and loads an EAGLE-3 draft.
 
-A `Profile` is data: one row per engine release range (field notes §3, §4), holding the parameter
+A `Profile` is data: one row per engine release range (docs/engine-facts.md: "SGLang's EAGLE-3 loader", "vLLM's EAGLE-3 loader"), holding the parameter
 naming, the name-resolution steps of the release's `load_weights` in order, what happens to a key
 that matches nothing, and which configs the release can read. `parameters()` turns a profile and a
 draft's dimensions into the parameter list the engine would create. The rows are in `sglang.py` and
@@ -263,7 +263,7 @@ class Profile(ReleaseRange):
 
 @dataclass(frozen=True)
 class ServingFacts(ReleaseRange):
-    """What a served engine release range spells and reports its own way (field notes §5, §6): launch
+    """What a served engine release range spells and reports its own way (docs/engine-facts.md: "Acceptance", "Launching SGLang"): launch
     flags, `/generate` meta_info count fields, the "Decode batch" log line. SGLang only (the sglang and
     reference backends); read from 0.5.10, 0.5.11, 0.5.15 and 0.5.23."""
 

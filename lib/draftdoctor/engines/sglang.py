@@ -1,5 +1,5 @@
-"""SGLang's `LlamaForCausalLMEagle3`, one profile per release range (field notes §3), and what its
-server spells and reports per release range (`SERVING`, field notes §5, §6).
+"""SGLang's `LlamaForCausalLMEagle3`, one profile per release range (docs/engine-facts.md: "SGLang's EAGLE-3 loader"), and what its
+server spells and reports per release range (`SERVING`, docs/engine-facts.md: "Acceptance", "Launching SGLang").
 
 Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama loader), 0.5.10 and
 0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). The ranges'

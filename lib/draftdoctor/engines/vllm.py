@@ -1,4 +1,4 @@
-"""vLLM's `Eagle3LlamaForCausalLM` (field notes §4; read from vLLM 0.22.0-0.33.0's released source).
+"""vLLM's `Eagle3LlamaForCausalLM` (docs/engine-facts.md: "vLLM's EAGLE-3 loader"; read from vLLM 0.22.0-0.33.0's released source).
 
 vLLM renames `midlayer.` to `layers.0.`, turns `d2t` into the `draft_id_to_target_id` parameter,
 prefixes every key but `lm_head` with `model.`, fails loudly on a key it cannot place, and reads

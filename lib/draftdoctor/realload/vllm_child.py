@@ -11,7 +11,7 @@ class's `load_weights`, post-processing. The target is a stand-in config (no wei
 target's config when the caller gives one, else one sized from the draft's config.
 
 vLLM raises on a key it cannot place, but leaves a parameter no key writes at its initial value,
-silently (field notes §12): every parameter is filled with a sentinel NaN before loading and read
+silently (docs/engine-facts.md: "Real engines on these CPUs"): every parameter is filled with a sentinel NaN before loading and read
 right after `load_weights` (before CPU post-processing repacks the linear weights), and every
 weight-loader call is recorded (draftdoctor.realload.recorder). The proposer later takes the
 target's embedding and head for a draft without its own (`has_own_embed_tokens`/`has_own_lm_head`):

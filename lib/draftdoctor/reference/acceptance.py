@@ -32,7 +32,7 @@ from draftdoctor.reference.loading import LoadedDraft, LoadRefused, load_for_eng
 
 @dataclass
 class Measurement:
-    """Totals over a set of requests, with SGLang's definitions (field notes §5)."""
+    """Totals over a set of requests, with SGLang's definitions (docs/engine-facts.md: "Acceptance")."""
 
     requests: int
     completion_tokens: int

@@ -27,7 +27,7 @@ import torch
 from draftdoctor.reference import corpus
 
 SEED = 1234
-# head_dim 32 (2 heads of 64): vLLM's CPU attention kernels have no build for head_dim 16 (field notes §12)
+# head_dim 32 (2 heads of 64): vLLM's CPU attention kernels have no build for head_dim 16 (docs/engine-facts.md: "Real engines on these CPUs")
 TARGET = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=6, num_attention_heads=2,
               num_key_value_heads=1, max_position_embeddings=512, rms_norm_eps=1e-5,
               tie_word_embeddings=False)

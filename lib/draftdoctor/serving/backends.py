@@ -42,7 +42,7 @@ BACKENDS = {
     "reference": Backend("reference", "the reference backend", "sglang==0.5.10", "sglang==0.5.10",
                          authenticated=False, max_new_tokens=4096, max_requests=64),
     "sglang": Backend("sglang", "SGLang", None, "sglang", runs_here=False, retries_without_cuda_graph=True),
-    # vLLM on CPU: a 1 GB KV cache is enough for 512-token sequences (field notes §12); 0.32.0 is the
+    # vLLM on CPU: a 1 GB KV cache is enough for 512-token sequences (docs/engine-facts.md: "Real engines on these CPUs"); 0.32.0 is the
     # release its serving tests run, never whichever is newest on disk
     "vllm": Backend("vllm", "vLLM", "vllm==0.32.0", "vllm==0.32.0", authenticated=False, own_counters=True,
                     context_flag="--max-model-len", served_context=512),

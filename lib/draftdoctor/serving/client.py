@@ -8,7 +8,7 @@ Accept length L is tokens per verify step, bonus token included (minimum 1.00). 
 counts (SGLang >= 0.5.5) it is 1 + accepted / verify steps, the formula of SGLang's log line and
 `/server_info`; without them, completion tokens / verify steps, the formula of `meta_info`, which also
 counts the prefill token (so a dead draft reads 1 + 1/steps). The strict accept rate is accepted /
-proposed drafts, or (L − 1) / (k − 1) for k draft tokens per step (field notes §5). Per-position
+proposed drafts, or (L − 1) / (k − 1) for k draft tokens per step (docs/engine-facts.md: "Acceptance"). Per-position
 acceptance is the share of verify steps accepting at least i drafts.
 """
 

@@ -1,4 +1,4 @@
-"""llama.cpp as a serving backend on the CPU (`--backend llamacpp`; field notes §12).
+"""llama.cpp as a serving backend on the CPU (`--backend llamacpp`; docs/engine-facts.md: "Real engines on these CPUs").
 
 `make llamacpp` builds `llama-server` from the llama.cpp that the pinned llama-cpp-python sdist vendors;
 its converter (`convert_hf_to_gguf.py`, from the same source) turns the target and each draft into GGUF

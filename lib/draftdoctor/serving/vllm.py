@@ -1,4 +1,4 @@
-"""Real vLLM as a serving backend on the CPU (`--backend vllm`; field notes §12).
+"""Real vLLM as a serving backend on the CPU (`--backend vllm`; docs/engine-facts.md: "Real engines on these CPUs").
 
 The launcher starts `python -m vllm.entrypoints.openai.api_server` (`vllm serve` needs package
 metadata the CPU build does not have) from the release installed by `make vllm-loaders`, with the
@@ -29,7 +29,7 @@ from .engine_http import counters_delta, get_text, post_json, spec_counters
 HEALTH_PATH = "/health"
 READY_LINE = "Application startup complete."
 ROW = BACKENDS["vllm"]
-# what worked on these CPUs (field notes §12): float32 (bf16 changes greedy output), no CUDA graphs
+# what worked on these CPUs (docs/engine-facts.md: "Real engines on these CPUs"): float32 (bf16 changes greedy output), no CUDA graphs
 # or compilation, a 1 GB KV cache, the engine in the API server's process (7 s start-up, not 25-47)
 SERVER_FLAGS = ("--dtype", "float32", "--enforce-eager", ROW.context_flag, str(ROW.served_context), "--seed", "0")
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1",
