@@ -19,7 +19,7 @@ export XDG_CACHE_HOME := $(BUILD)/state/cache
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test demo clean
+.PHONY: setup test test-fast demo clean
 .DEFAULT_GOAL := demo
 
 setup: $(VENV)/.venv-complete
@@ -45,6 +45,10 @@ TEST_NEEDS := setup
 test:
 	$(MAKE) -j3 $(TEST_NEEDS) FOR_TESTS=1
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# The tests that need no engine release and no browser (conftest marks the others): minutes, not half an hour.
+test-fast: setup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not engine and not browser"
 
 # The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.
 demo: setup

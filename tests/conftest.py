@@ -132,3 +132,39 @@ def pytest_collection_modifyitems(items):
         if info and any(defs[-1].scope in ("module", "class", "package")
                         for defs in info.name2fixturedefs.values() if defs):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        mark_tier(item)
+
+
+# What needs an engine release installed (`make test` installs them) or the browser: the rest is
+# `make test-fast`, which needs nothing beyond the venv.
+ENGINE_CALLS = ("require_release(", "releases_under_test(")
+
+
+def mark_tier(item) -> None:
+    """Mark `item` `engine` when it, a fixture it uses, or a helper of its module asks for an engine
+    release, and `browser` when it drives the browser."""
+    import inspect
+
+    module = item.module
+    helpers = getattr(module, "_engine_helpers", None)
+    if helpers is None:
+        helpers = module._engine_helpers = {  # its own functions that ask, and other names for the askers
+            name for name, value in vars(module).items() if inspect.isfunction(value)
+            and (value.__module__ == module.__name__ and any(c in _source(value) for c in ENGINE_CALLS)
+                 or f"{value.__name__}(" in ENGINE_CALLS)}
+    info = getattr(item, "_fixtureinfo", None)
+    fixtures = info.name2fixturedefs if info else {}
+    sources = [_source(getattr(item, "function", None))] + [_source(defs[-1].func) for defs in fixtures.values() if defs]
+    if "browser" in fixtures:
+        item.add_marker(pytest.mark.browser)
+    if any(c in text for text in sources for c in ENGINE_CALLS + tuple(f"{h}(" for h in helpers)):
+        item.add_marker(pytest.mark.engine)
+
+
+def _source(function) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return ""
