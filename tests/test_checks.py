@@ -147,6 +147,38 @@ def test_qk_norm_unsupported(draft):
     assert "qk-norm-unsupported" in codes(check(draft("midlayer", qk_norm=True), "sglang==0.5.23"))
 
 
+def message(report, code):
+    return next(f.message for f in report.findings if f.code == code)
+
+
+def test_the_releases_a_finding_names_are_read_from_the_rows(draft, monkeypatch):
+    """Where a finding says which releases compute an option, the names come from the profile rows: the
+    rows' own ranges, and a release added as one row is named with no other change (the registry once
+    said "SGLang >= 0.5.12" for input norms, which SGLang computes only from 0.5.17)."""
+    import dataclasses
+
+    from draftdoctor.engines import sglang
+
+    folder = draft("midlayer", extra={"input_norm.weight": np.ones(192, dtype=np.float16)})
+    said = message(check(folder, "sglang==0.5.10"), "input-norm-unsupported")
+    assert "sglang 0.5.17–0.5.23" in said and "0.5.12" not in said and "vllm " in said
+    newest = next(p for p in sglang.PROFILES if p.last == "0.5.23" and p.draft_class == "llama")
+    monkeypatch.setattr(sglang, "PROFILES", [*sglang.PROFILES, dataclasses.replace(newest, first="0.6.0", last="0.6.2")])
+    assert "sglang 0.5.17–0.6.2" in message(check(folder, "sglang==0.5.10"), "input-norm-unsupported")
+    qk = message(check(draft("midlayer", qk_norm=True), "sglang==0.5.23"), "qk-norm-unsupported")
+    assert "sglang" not in qk.partition("releases that compute it:")[2] and "vllm 0.24.0–" in qk
+
+
+def test_the_registry_names_no_release():
+    """Release names live in rows; the registry's fixed texts say what, and the finding says where."""
+    import re
+
+    from draftdoctor.findings import CODES
+
+    for code, entry in CODES.items():
+        assert not re.search(r"\d+\.\d+\.\d+", entry.meaning + entry.remedy), code
+
+
 def test_vocab_map_missing(draft):
     report = check(draft("midlayer", drop=("d2t", "t2d")), "sglang==0.5.10")
     assert "vocab-map-missing" in codes(report, "error")

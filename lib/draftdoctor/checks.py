@@ -20,7 +20,7 @@ from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
 from .configs import (DRAFT_OPTIONS, FLAT, RECORD_KEY, SPECULATORS, DraftDims, config_format, draft_options,
                       layer_config, layer_options, unsupported_options)
-from .engines import Profile
+from .engines import Profile, releases_where
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
                 "fc_norm": "fc-norm-unsupported"}
@@ -130,7 +130,8 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
         why = ("does not read from speculators' config (it reads it from a flat one)"
                if profile.implements(option) else "does not implement")
         out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} {why}: it "
-                                   "computes a different function than the one trained, and acceptance drops"))
+                                   "computes a different function than the one trained, and acceptance drops"
+                                   + _serving(lambda row, option=option: row.implements(option), profile.draft_class)))
     # `fix --allow-lossy` keeps an option the engine cannot express only in its record, which no
     # engine reads: the draft was still trained with it
     record = config.get(RECORD_KEY) if isinstance(config.get(RECORD_KEY), dict) else {}
@@ -147,8 +148,15 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     if (qk_keys or qwen3) and not profile.supports_qk_norm:
         what = f"{len(qk_keys)} q_norm/k_norm tensors" if qk_keys else "model_type qwen3 (q/k norms)"
         out.append(F.finding("qk-norm-unsupported", f"{what}: {name}'s Llama EAGLE-3 draft has no q/k norms; "
-                                                    "they are not applied and the attention differs from training"))
+                                                    "they are not applied and the attention differs from training"
+                                                    + _serving(lambda row: row.supports_qk_norm, "qwen3")))
     return out
+
+
+def _serving(holds, draft_class: str) -> str:
+    """"; releases that compute it: ..." from the profile rows, or "" when none does."""
+    releases = releases_where(holds, draft_class)
+    return f"; releases that compute it: {', '.join(releases)}" if releases else ""
 
 
 def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> list[F.Finding]:

@@ -161,7 +161,7 @@ def cmd_check(args, out) -> int:
         _table([tuple(r.values()) for r in rows], list(rows[0]), out)
         out.write("\n")
     for f in report.findings:
-        out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+        out.write(f.line(_safe) + "\n")
     out.write(f"\nverdict: {_safe(report.verdict)}\n")
     return status
 
@@ -224,7 +224,7 @@ def cmd_fix(args, out) -> int:
         shown = [f for f in plan.findings if f.code in ("config-defaulted", "lossy-config")] + v.coverage.findings
         for f in shown:
             if f.severity != "info" or f.code == "not-checked":
-                out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+                out.write(f.line(_safe) + "\n")
         if v.accepted_losses and v.coverage.errors:
             out.write(f"accepted with --allow-lossy: {', '.join(sorted({f.code for f in v.coverage.errors}))}\n")
         out.write(f"verdict: {_safe(v.coverage.verdict)}\n")
@@ -242,7 +242,7 @@ def _print_refusal(refused, out) -> None:
     out.write(f"refused: nothing written. The fixed checkpoint would still carry {len(refused.findings)} "
               f"finding(s) for {refused.plan.engine} that stop it:\n")
     for f in refused.findings:
-        out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n        what you can do: {CODES[f.code].remedy}\n")
+        out.write(f"{f.line(_safe)}\n        what you can do: {CODES[f.code].remedy}\n")
     if refused.plan.lossy and not refused.plan.blocking:
         out.write("pass --allow-lossy to write it anyway (the loss is then yours to accept)\n")
     out.write(f"verdict (check on the result): {_safe(refused.plan.predicted.verdict)}\n")
@@ -268,7 +268,7 @@ def _print_plan(plan, out, skip=()) -> None:
               f"{len(plan.omitted)} left out; {plan.bytes_to_copy:,} bytes to copy\n")
     for f in plan.findings:
         if f not in skip:
-            out.write(f"{f.severity.upper():7} {f.code}: {_safe(f.message)}\n")
+            out.write(f.line(_safe) + "\n")
     if not skip:
         out.write(f"predicted: {_safe(plan.predicted.verdict)}\n")
 

@@ -399,7 +399,7 @@ def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.F
         return None
     return F.finding("replay-not-modelled", (
         f"{profile.engine} {release} builds {unmodelled[0]} for this draft, a draft class the replay does not "
-        f"model; `--loader real` runs the engine's own loader (SGLang 0.5.23, vLLM 0.32.0)"))
+        f"model; `--loader real` runs {profile.engine} {release}'s own loader"))
 
 
 def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims: DraftDims) -> F.Finding | None:

@@ -68,15 +68,15 @@ CODES = {
     ),
     "class-unregistered": Code(
         ERROR,
-        "the engine release registers no EAGLE-3 draft class for this draft's architecture (e.g. MLA before "
-        "SGLang 0.5.23, Qwen3 with q/k norms in SGLang): no renaming makes it load as it was trained",
-        "serve it with an engine release that registers the class (`draftdoctor check --engine ...`)",
+        "the engine release registers no EAGLE-3 draft class for this draft's architecture (e.g. MLA, or Qwen3 "
+        "with q/k norms, in a release without such a class): no renaming makes it load as it was trained",
+        "serve it with an engine release that registers the class (the finding names them, from the profile rows)",
     ),
     "replay-not-modelled": Code(
         WARNING,
         "the engine builds a draft class (MLA, Qwen3 with q/k norms) whose loading the replay does not model: "
         "nothing about the weights was checked",
-        "`draftdoctor check --loader real` (SGLang 0.5.23, vLLM 0.32.0 run their own loaders here)",
+        "`draftdoctor check --loader real`: the engine release's own loader, run here",
     ),
     # --- beyond names (draftdoctor.checks) ---
     "not-checked": Code(
@@ -107,15 +107,15 @@ CODES = {
     ),
     "qk-norm-unsupported": Code(
         ERROR, "q/k norms (qwen3-style drafts) that the engine's Llama EAGLE-3 draft does not apply",
-        "serve with an engine release whose draft class has q/k norms",
+        "serve with an engine release whose draft class has q/k norms (the finding names them, from the profile rows)",
     ),
     "fc-norm-unsupported": Code(
         ERROR, "per-aux-layer norms before fc (fc_norm) that this engine release does not apply",
-        "serve with SGLang >= 0.5.12 or vLLM",
+        "serve with an engine release that applies it (the finding names them, from the profile rows)",
     ),
     "input-norm-unsupported": Code(
         ERROR, "a norm over the concatenated aux states (norm_before_fc) that this engine release does not apply",
-        "serve with SGLang >= 0.5.12 or vLLM",
+        "serve with an engine release that applies it (the finding names them, from the profile rows)",
     ),
     "vocab-map-missing": Code(
         ERROR, "a reduced draft vocabulary without d2t: draft ids are read as target ids",
@@ -166,6 +166,15 @@ class Finding:
     code: str
     severity: str
     message: str
+
+    def line(self, escape=str) -> str:
+        """The finding as every command and notebook prints it: "ERROR   code: message" (`escape`: how
+        the message is made safe for where it goes)."""
+        return f"{self.severity.upper():7} {self.brief(escape)}"
+
+    def brief(self, escape=str) -> str:
+        """"code: message", where the severity is already said (a refusal lists its errors)."""
+        return f"{self.code}: {escape(self.message)}"
 
 
 def finding(code: str, message: str, severity: str | None = None) -> Finding:

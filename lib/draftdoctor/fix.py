@@ -65,7 +65,7 @@ class FixBlocked(FixError):
         self.plan, self.findings = plan, findings
         what = ("the engine cannot compute what the draft was trained with" if lossy
                 else "no rewrite of names or config makes it serve correctly")
-        lines = [f"{f.code}: {f.message} (what you can do: {F.CODES[f.code].remedy})" for f in findings]
+        lines = [f"{f.brief()} (what you can do: {F.CODES[f.code].remedy})" for f in findings]
         super().__init__(f"refused, nothing written: the fixed checkpoint would still carry {len(findings)} error "
                          f"finding(s) for {plan.engine} ({what}): " + "; ".join(lines)
                          + ("; pass --allow-lossy to write it anyway" if lossy else ""))
@@ -308,9 +308,9 @@ def head_from_target_change(ckpt: Checkpoint, config: dict, profile, target_conf
 
 def _releases_with(draft_class: str) -> str:
     """Where a draft class is registered, from the profile rows."""
-    from .engines import all_profiles
+    from .engines import releases_where
 
-    rows = [p.spec for p in all_profiles() if p.draft_class == draft_class]
+    rows = releases_where(lambda row: True, draft_class)
     return f"serve it with {' or '.join(rows)}" if rows else "no supported engine release registers it"
 
 
@@ -367,7 +367,7 @@ class Verification:
         if self.coverage is None:
             out.append("DST could not be re-read")
         else:
-            out += [f"{f.code}: {f.message}" for f in self.coverage.errors if f.code not in self.accepted_losses]
+            out += [f.brief() for f in self.coverage.errors if f.code not in self.accepted_losses]
         return out
 
     @property

@@ -19,7 +19,7 @@ from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Pr
 
 __all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "ParamSpec", "Profile", "ServingFacts",
            "all_profiles", "fc_aux_count", "from_parameters", "from_target", "identity_by_default", "parameters",
-           "parse_version", "resolve_engine", "serving_facts"]
+           "parse_version", "releases_where", "resolve_engine", "serving_facts"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,26 @@ class Engine:
 
 def all_profiles() -> list[Profile]:
     return [*sglang.PROFILES, *vllm.PROFILES, *llamacpp.PROFILES]
+
+
+def releases_where(holds, draft_class: str = "llama") -> list[str]:
+    """The release ranges whose rows of `draft_class` (llama, qwen3, mla) `holds(row)`, one per run of
+    neighbouring rows of one engine, e.g. ["sglang 0.5.12–0.5.23", "vllm 0.9.1–0.32.0"]: what a message
+    names where it says which releases do something, so that it can never disagree with the rows."""
+    out = []
+    for engine in dict.fromkeys(p.engine for p in all_profiles()):
+        rows = sorted((p for p in all_profiles() if p.engine == engine and p.draft_class == draft_class),
+                      key=lambda p: parse_version(p.first))
+        run = []
+        for row in rows + [None]:
+            if row is not None and holds(row):
+                run.append(row)
+                continue
+            if run:
+                first, last = run[0].first, max((r.last for r in run), key=parse_version)
+                out.append(f"{engine}=={first}" if first == last else f"{engine} {first}–{last}")
+            run = []
+    return out
 
 
 def all_serving() -> list[ServingFacts]:

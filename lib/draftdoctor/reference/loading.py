@@ -61,7 +61,7 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
     report = check(draft_dir, engine, loader=loader)
     refusing = [f for f in report.findings if f.code in REFUSING_CODES]
     if refusing:
-        raise LoadRefused("; ".join(f"{f.code}: {f.message}" for f in refusing))
+        raise LoadRefused("; ".join(f.brief() for f in refusing))
     checkpoint = open_checkpoint(draft_dir)
     profile = engine.profile_for(checkpoint.config)
     if profile.draft_class != "llama":

@@ -53,7 +53,7 @@ def preflight(target, drafts: list[tuple[str, str]], engine) -> dict:
         if found:
             raise DraftMisfit(f"{name} ({draft}) does not fit {'the target ' + str(target) if local_target else 'its target'} "
                               f"on {engine}; nothing was launched: "
-                              + "; ".join(f"{f.code}: {f.message}" for f in found))
+                              + "; ".join(f.brief() for f in found))
     return reports
 
 

@@ -375,7 +375,7 @@ def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str 
 
     refused = [f for f in launch_checks(config.algorithm, config.draft) if f.severity == "error"]
     if refused:
-        raise LaunchRefused("; ".join(f"{f.code}: {f.message}" for f in refused))
+        raise LaunchRefused("; ".join(f.brief() for f in refused))
     engine = resolve_engine(engine) if engine is not None else None
     why = backend_module(backend).refusal(config, engine, loader)  # e.g. SGLang's own parser, before anything runs
     if why:
