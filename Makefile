@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-BUILD := $(CURDIR)/build
+# where the kit builds and installs (draftdoctor.toolstate reads the same variable)
+BUILD := $(or $(DRAFTDOCTOR_STATE),$(CURDIR)/build)
 TORCH := torch==2.13.0
 
 # Keep tool state (Jupyter, IPython, matplotlib, HF caches) out of the home directory.
@@ -52,7 +53,7 @@ test-fast: setup
 
 # The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.
 demo: setup
-	$(BIN)/draftdoctor investigate --params data/demo/investigate.yaml --out runs/demo
+	$(BIN)/draftdoctor demo --out runs/demo
 	@echo "report: runs/demo/report.md (chart: runs/demo/acceptance.png)"
 
 clean:

@@ -16,19 +16,14 @@ ifeq ($(RELEASES),all)
 	$(BIN)/python -m draftdoctor.proofs.sweep sglang --out docs/releases/sglang.md
 endif
 
-# The marker is written only after the child's self-check passed in the fresh folder (the adapter fits,
-# a tiny draft loads: realload/common.py `self_check`), run as every check runs it: the release sees its
-# folder and the venv's torch, nothing else of the venv (realload/torchview.py). The venv is order-only
-# (its torch is shared, but re-running `make setup` must not reinstall every release).
-# The grep refuses pin lists that would bring torch, CUDA/nvidia wheels, sgl-kernel or triton.
-# --no-compile: most of transformers/sglang is never imported; the self-check compiles what is.
+# One implementation with `draftdoctor loaders install` (realload/install.py): the pin list refused if it
+# would bring torch, CUDA/nvidia wheels, sgl-kernel or triton; `pip install --no-deps --no-compile --target`;
+# the marker written only after the child's self-check passed in the fresh folder (the adapter fits, a tiny
+# draft loads), run as every check runs it: the release sees its folder and the venv's torch, nothing else
+# of the venv (realload/torchview.py). The venv is order-only (its torch is shared, but re-running
+# `make setup` must not reinstall every release).
 $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.venv-complete
-	! grep -iqE '^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)' $<
-	rm -rf $(@D)
-	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
-	$(BIN)/python -m draftdoctor.realload sglang $* $(@D) \
-		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
-	touch $@
+	$(BIN)/python -m draftdoctor.realload.install sglang $* --folder $(@D) --no-link
 
 # Then the files it has in common with other releases (SGLang's or vLLM's) are swapped for hard links to one
 # copy in the store (CI's 16 release folders: 11.7 GB -> 4.5 GB). The loader targets name `.installed`

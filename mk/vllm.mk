@@ -13,17 +13,12 @@ ifeq ($(RELEASES),all)
 	$(BIN)/python -m draftdoctor.proofs.sweep vllm --out docs/releases/vllm.md
 endif
 
-# The marker is written only after the child's self-check passed in the fresh folder (a tiny draft
-# loaded, which also caches vLLM's model inspection for the release's first check; then the
-# folder is linked to the store: `.linked`, mk/sglang.mk). The grep refuses pin lists that would bring
-# torch, its CUDA-built companions, triton or CUDA wheels.
+# As for SGLang (mk/sglang.mk, realload/install.py): the pin list refused if it would bring torch, its
+# CUDA-built companions, triton or CUDA wheels; the marker written only after the self-check passed (a
+# tiny draft loaded, which also caches vLLM's model inspection for the release's first check); then the
+# folder is linked to the store (`.linked`).
 $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-complete
-	! grep -iqE '^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]' $<
-	rm -rf $(@D)
-	$(BIN)/pip install -q --no-deps --only-binary=:all: --no-compile --target $(@D) -r $<
-	$(BIN)/python -m draftdoctor.realload vllm $* $(@D) \
-		>/dev/null 2>$(@D).log || { tail -n 30 $(@D).log; exit 1; }
-	touch $@
+	$(BIN)/python -m draftdoctor.realload.install vllm $* --folder $(@D) --no-link
 
 TEST_NEEDS += vllm-loaders
 

@@ -54,7 +54,7 @@ def test_check_exit_statuses_and_json(draft):
     (("check", "{ok}", "--engine", "tgi"), "unknown engine"),
     (("check", "{bad}", "--engine", "sglang"), "too short"),
     (("inspect",), "required"),
-    (("fx", "{ok}"), "invalid choice: 'fx' (choose from 'inspect', 'check', 'fix', 'compare', 'serve', 'bench', 'investigate')"),
+    (("fx", "{ok}"), "invalid choice: 'fx' (choose from 'inspect', 'check', 'fix', 'compare', 'serve', 'bench', 'investigate', 'loaders', 'demo')"),
 ])
 def test_unusable_input_exits_2_with_one_line(draft, tmp_path, args, message):
     ok = draft("midlayer")

@@ -224,10 +224,36 @@ def test_a_server_that_dies_midway_is_named_with_its_log_and_earlier_drafts_are_
 
 def test_bench_defaults_work_from_any_folder(fixed_draft, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "bench", "--target", str(DEMO / "target"),
-                           "--draft", f"after={fixed_draft}", "--out", "out", "--num-prompts", "2"],
+                           "--draft", f"after={fixed_draft}", "--out", "out", "--num-prompts", "12"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]["requests"] == 2
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]["requests"] == 12
+    # off a terminal, a few progress lines per draft, not one per request
+    said = [line.split("after: ")[1] for line in proc.stderr.splitlines() if " requests" in line]
+    assert said == ["1/12 requests", "3/12 requests", "6/12 requests", "9/12 requests", "12/12 requests"], proc.stderr
+
+
+def test_request_progress_is_a_bar_on_a_terminal_and_a_few_lines_off_one():
+    import io
+
+    from draftdoctor.cli import RequestProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    lines = io.StringIO()
+    progress = RequestProgress("reference", lines)
+    for name in ("before", "after"):
+        for done in range(1, 41):
+            progress(name, done, 40)
+    assert len(lines.getvalue().splitlines()) == 10 and "[reference] after: 30/40 requests" in lines.getvalue()
+    screen = Terminal()
+    progress = RequestProgress("reference", screen)
+    for done in range(1, 41):
+        progress("before", done, 40)
+    assert "\r" in screen.getvalue() and "[reference] before" in screen.getvalue() and "0/40 " in screen.getvalue()
+    assert progress.bar is None  # closed at the last request
 
 
 def _with_top_level_ids(fixed_draft, folder):

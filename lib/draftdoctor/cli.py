@@ -37,8 +37,13 @@ checkpoint, and prove the fix by measuring acceptance before and after. The usua
                                        serve each draft, measure acceptance, chart it
   investigate --params P.yaml --out runs/NAME
                                        all of it as notebooks, with a report
+  demo [--out runs/demo]               the bundled demo draft, investigated end to end
+  loaders list | install E==R          the engines' own loaders (check --loader real): list, install
 E is e.g. sglang==0.5.10 or vllm==0.32.0. Exit status: 0 no error findings; 1 error findings, a
-refused fix or a failed measurement; 2 unusable input or arguments. Each command's --help says more."""
+refused fix or a failed measurement; 2 unusable input or arguments. Each command's --help says more.
+What the kit builds and installs (real loaders, llama.cpp) and tool state (Jupyter, matplotlib, ...)
+go under $DRAFTDOCTOR_STATE; unset, the checkout's build/ when run from a checkout, else the user
+cache folder ($XDG_CACHE_HOME or ~/.cache, then draftdoctor)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -408,7 +413,10 @@ def cmd_bench(args, out) -> int:
     engine, label = _serving_engine(args)
     prompts = load_prompts(args.prompts or DEMO_PROMPTS, limit=args.num_prompts)
 
+    requests = RequestProgress(label, sys.stderr)
+
     def progress(message):
+        requests.close()
         sys.stderr.write(f"[{label}] {message}\n")
 
     try:
@@ -416,7 +424,7 @@ def cmd_bench(args, out) -> int:
                             num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                             extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
                             ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout,
-                            prompts_file=args.prompts or DEMO_PROMPTS)
+                            prompts_file=args.prompts or DEMO_PROMPTS, on_request=requests)
     except DraftMisfit as e:
         sys.stderr.write(f"draftdoctor: not launched: {_safe(e)}\n")
         return EXIT_FINDINGS
@@ -504,6 +512,77 @@ def cmd_investigate(args, out) -> int:
         if run:
             out.write(f"  measured on {_safe(run.get('backend_label') or run.get('backend'))}; report: {r.out_dir}/report.md\n")
     return EXIT_FINDINGS if any(_unresolved(r) for r in results) else EXIT_OK
+
+
+class RequestProgress:
+    """Each draft's answered requests: a progress bar on a terminal (tqdm); off one, a few lines (the
+    first request, each quarter, the last) instead of one per request."""
+
+    def __init__(self, label: str, stream):
+        self.label, self.stream, self.bar, self.name = label, stream, None, None
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        if self.stream.isatty():
+            if self.bar is None or self.name != name:
+                from tqdm import tqdm
+
+                self.close()
+                self.bar = tqdm(total=total, desc=f"[{self.label}] {name}", unit="request", file=self.stream,
+                                leave=False)
+                self.name = name
+            self.bar.update(done - self.bar.n)
+            if done >= total:
+                self.close()
+        elif done in (1, total) or done * 4 // total > (done - 1) * 4 // total:
+            self.stream.write(f"[{self.label}] {name}: {done}/{total} requests\n")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = self.name = None
+
+
+def cmd_demo(args, out) -> int:
+    """The bundled demo's investigation (what `make demo` runs), from any folder: its data is package data."""
+    from .toolstate import DEMO
+
+    out.write(f"demo data (read only): {DEMO}\n")
+    args.params = str(DEMO / "investigate.yaml")
+    return cmd_investigate(args, out)
+
+
+def cmd_loaders(args, out) -> int:
+    """`loaders list`: every release with a real loader, installed or not; `loaders install E==R ...`."""
+    from .realload import LOADERS, installed_releases
+
+    if args.action == "list":
+        rows = []
+        for name, row in LOADERS.items():
+            installed, ci = set(installed_releases(name)), set(row.ci_releases)
+            rows += [(name, release, "yes" if release in installed else "no", "yes" if release in ci else "",
+                      row.folder(release)) for release in row.releases]
+        _table(rows, ["engine", "release", "installed", "ci", "folder"], out)
+        return EXIT_OK
+    from .realload.install import InstallFailed, install, pin_list
+
+    specs = []
+    for spec in args.specs:
+        engine, _, release = spec.partition("==")
+        if not release:
+            raise UserError(f"{spec}: name a release, e.g. sglang==0.5.10 (`draftdoctor loaders list` lists them)")
+        pin_list(engine.strip().lower(), release.strip())  # every spec checked before anything is installed
+        specs.append((engine.strip().lower(), release.strip()))
+    if not specs:
+        raise UserError("loaders install: name at least one release, e.g. sglang==0.5.10")
+    for engine, release in specs:
+        sys.stderr.write(f"[loaders] installing {engine} {release} (pip, then its self-check)\n")
+        try:
+            folder = install(engine, release)
+        except InstallFailed as e:
+            out.write(f"{engine} {release}: FAILED: {_safe(e)}\n")
+            return EXIT_FINDINGS
+        out.write(f"{engine} {release}: installed and self-checked in {folder}\n")
+    return EXIT_OK
 
 
 def _unresolved(result) -> bool:
@@ -669,6 +748,16 @@ def _investigate_arguments(p) -> None:
     p.add_argument("--cell-timeout", type=float, default=900.0)
 
 
+def _loaders_arguments(p) -> None:
+    p.add_argument("action", choices=["list", "install"])
+    p.add_argument("specs", nargs="*", metavar="ENGINE==RELEASE", help="install: e.g. sglang==0.5.10 vllm==0.32.0")
+
+
+def _demo_arguments(p) -> None:
+    p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo)")
+    p.add_argument("--cell-timeout", type=float, default=900.0)
+
+
 # name: (help, arguments, run)
 COMMANDS = {
     "inspect": ("list a checkpoint's tensors from its headers alone", _inspect_arguments, cmd_inspect),
@@ -682,6 +771,10 @@ COMMANDS = {
               cmd_bench),
     "investigate": ("run the five notebooks with papermill and write report.md/report.json", _investigate_arguments,
                     cmd_investigate),
+    "loaders": ("list the engine releases whose real loader the kit runs, or install some (pinned, self-checked)",
+                _loaders_arguments, cmd_loaders),
+    "demo": ("investigate the bundled demo draft end to end (what `make demo` runs), from any folder", _demo_arguments,
+             cmd_demo),
 }
 
 

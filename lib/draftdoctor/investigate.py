@@ -16,8 +16,9 @@ from pathlib import Path
 from .errors import UserError
 from .runs import fixed_checkpoint, safe_name
 from .serving.bench import DraftMisfit
+from .toolstate import NOTEBOOKS
 
-NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+NOTEBOOKS_DIR = NOTEBOOKS  # package data: the same notebooks in a checkout and an installed kit
 KERNEL_LOG = "kernels.log"  # in the run folder: what the notebooks' kernels wrote to stderr
 STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
 

@@ -58,7 +58,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     profile, release = engine.profile, engine.release
     if release not in LOADERS[engine.name].releases:
         have = "; ".join(f"{name} {', '.join(row.releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
-                         f"`{row.install_command}`)" for name, row in LOADERS.items())
+                         f"{row.install_hint()})" for name, row in LOADERS.items())
         raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: {have}; "
                              "use `--loader replay`, or `auto` (the default), which replays where no real loader is installed")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]

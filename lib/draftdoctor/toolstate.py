@@ -1,5 +1,11 @@
-"""Tool state (Jupyter, IPython, matplotlib, vLLM; in tests also Hugging Face and XDG caches and config) under
-the kit's `build/state`, never in the home directory: for every command (the CLI calls
+"""Where the kit's own files are, and where it keeps what it builds and installs.
+
+The kit's files (the notebooks, the demo) are package data, found beside this module in a checkout
+and in an installed kit alike. What it builds and installs (releases' real loaders, llama.cpp) and
+tool state (Jupyter, IPython, matplotlib, vLLM; in tests also Hugging Face and XDG caches and config)
+go in one folder, BUILD: $DRAFTDOCTOR_STATE when set; else, run from its checkout, the checkout's
+`build/`; else the platform's user cache folder ($XDG_CACHE_HOME, or ~/.cache, then `draftdoctor`).
+Tool state is its `state/`, never scattered in the home directory: for every command (the CLI calls
 `keep_out_of_home` first) and every test (conftest calls it with `isolate=True`), not only under make,
 which exports the same variables.
 
@@ -13,7 +19,34 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-STATE = Path(__file__).resolve().parents[2] / "build" / "state"
+PACKAGE = Path(__file__).resolve().parent
+NOTEBOOKS = PACKAGE / "notebooks"  # the five steps and the beyond-names notebook
+DEMO = PACKAGE / "data" / "demo"  # the bundled demo: target, drafts, prompts, investigate.yaml
+STATE_VARIABLE = "DRAFTDOCTOR_STATE"
+
+
+def checkout() -> Path | None:
+    """The source checkout this kit runs from (its pyproject.toml names the kit), None when installed."""
+    root = PACKAGE.parents[1]
+    try:
+        return root if 'name = "draftdoctor"' in (root / "pyproject.toml").read_text() else None
+    except OSError:
+        return None
+
+
+def build_area() -> Path:
+    """The folder the kit builds and installs into, and keeps tool state under (see the module's text)."""
+    if os.environ.get(STATE_VARIABLE):
+        return Path(os.environ[STATE_VARIABLE]).absolute()
+    root = checkout()
+    if root is not None:
+        return root / "build"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache).absolute() / "draftdoctor"
+
+
+BUILD = build_area()
+STATE = BUILD / "state"
 KIT_TOOLS = (("JUPYTER_CONFIG_DIR", "jupyter/config"), ("JUPYTER_DATA_DIR", "jupyter/data"),
              ("JUPYTER_RUNTIME_DIR", "jupyter/runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib"),
              # the vLLM the kit installs under build/ and runs (real loader, --backend vllm): its model-info

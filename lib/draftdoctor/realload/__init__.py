@@ -68,11 +68,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..toolstate import BUILD, STATE
 from .common import EXIT_ENVIRONMENT, peer_uid, read_line
 
 SCHEMA_VERSION = 1
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]  # the checkout: build/ lives here
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class RealLoaders:
     display: str  # how a user reads the engine's name
     pin_prefix: str | None  # `<pin_prefix><release>.txt` beside this module; None: one build, `built`
     child_module: str
-    install_command: str
+    make_target: str  # what installs CI's releases in a checkout (`make sglang-loaders RELEASES=...`)
     env_override: str  # environment variable naming another folder of installed releases
     built: str | None = None  # the one release a build provides (llama.cpp: the sdist that vendors it)
     # A draft whose config claims more than the machine can spare (draftdoctor.resources): built on
@@ -94,6 +94,20 @@ class RealLoaders:
     # bytes per target vocabulary entry the check itself builds besides the model (llama.cpp: its
     # stand-in SentencePiece vocabulary, measured at 2.3 kB an entry: 4M entries took 9.2 GB)
     bytes_per_vocabulary_entry: int = 0
+    # pins a release's list must not hold (realload.install refuses it): what would replace or sit beside
+    # the kit's CPU torch (CUDA builds, their companions, kernels)
+    forbidden_pins: str = r"^(torch|triton|nvidia|cuda)[=<>~ ]"
+
+    def install_hint(self, release: str | None = None) -> str:
+        """What installs `release` (or CI's releases): the CLI, and make in a checkout."""
+        from ..toolstate import checkout
+
+        if self.pin_prefix is None:
+            return f"`{self.make_target}` in the kit's checkout"
+        cli = f"`draftdoctor loaders install {self.name}=={release or 'RELEASE'}`"
+        if checkout() is None:
+            return cli
+        return f"{cli}, or `{self.make_target}" + (f" RELEASES={release}`" if release else "`")
 
     @property
     def releases(self) -> tuple[str, ...]:
@@ -120,9 +134,11 @@ class RealLoaders:
 
 LOADERS = {
     "sglang": RealLoaders("sglang", "SGLang", "requirements-", "draftdoctor.realload.child", "make sglang-loaders",
-                          "DRAFTDOCTOR_SGLANG_DIR"),
+                          "DRAFTDOCTOR_SGLANG_DIR",
+                          forbidden_pins=r"^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)"),
     "vllm": RealLoaders("vllm", "vLLM", "vllm-requirements-", "draftdoctor.realload.vllm_child", "make vllm-loaders",
-                        "DRAFTDOCTOR_VLLM_DIR"),
+                        "DRAFTDOCTOR_VLLM_DIR",
+                        forbidden_pins=r"^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]"),
     # the converter and loader of the llama.cpp the pinned llama-cpp-python sdist vendors (mk/llamacpp.mk)
     "llamacpp": RealLoaders("llamacpp", "llama.cpp", None, "draftdoctor.realload.llamacpp_child", "make llamacpp",
                             "DRAFTDOCTOR_LLAMACPP_DIR", built="0.3.36", builds_on_meta=False,
@@ -162,7 +178,7 @@ def releases_dir(engine: str = "sglang"):
     """Folder holding one sub-folder per installed release of `engine` (override with
     $DRAFTDOCTOR_SGLANG_DIR / $DRAFTDOCTOR_VLLM_DIR)."""
     override = os.environ.get(LOADERS[engine].env_override)
-    return Path(override) if override else ROOT / "build" / engine
+    return Path(override) if override else BUILD / engine
 
 
 def installed_releases(engine: str = "sglang") -> list[str]:
@@ -178,8 +194,7 @@ def release_env(release, engine: str = "sglang"):
     folder = loaders.folder(release)
     if not (folder / READY_MARKER).exists():
         raise ReleaseNotInstalled(f"the {engine} {release} environment is not installed ({folder} is missing or "
-                                  f"incomplete): run `{loaders.install_command}` (or `{loaders.install_command} "
-                                  f"RELEASES={release}`)")
+                                  f"incomplete): {loaders.install_hint(release)} installs it")
     return folder
 
 
@@ -189,7 +204,7 @@ def release_env(release, engine: str = "sglang"):
 # own code before running it, which `nocode` refuses) kept under the kit's state, not the home directory.
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "VLLM_NO_USAGE_STATS": "1",
              "DO_NOT_TRACK": "1", "PYTHONSAFEPATH": "1",
-             "HF_MODULES_CACHE": str(ROOT / "build" / "state" / "hf-modules")}
+             "HF_MODULES_CACHE": str(STATE / "hf-modules")}
 
 
 def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
@@ -199,20 +214,41 @@ def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
     else of the venv but torch and torch's requirements (`python -S` and `torchview`); a build
     (llama.cpp's converter) runs with the venv."""
     loaders = LOADERS[engine]
-    path = [str(folder or release_env(release, engine)), str(HERE.parents[1])]
+    path = [str(folder or release_env(release, engine)), str(kit_path())]
     python = [sys.executable]
     if loaders.pin_prefix is not None:
         from .torchview import torch_view
 
         python.append("-S")
-        path.append(str(torch_view(ROOT / "build" / "state")))
+        path.append(str(torch_view(STATE)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **CHILD_ENV)
     return [*python, "-m", loaders.child_module, "--release", release, *args], env
 
 
+def kit_path() -> Path:
+    """The folder whose `draftdoctor` is this kit, for a child's PYTHONPATH: the checkout's lib/; for an
+    installed kit a folder holding one link to the package (its site-packages holds the whole venv, which
+    a pinned release must not see). Made aside and renamed into place, once per install location."""
+    from ..toolstate import PACKAGE, checkout
+
+    if checkout() is not None:
+        return PACKAGE.parent
+    parent = STATE / "kit-view"
+    view = parent / hashlib.sha1(str(PACKAGE).encode()).hexdigest()[:12]
+    if not (view / "draftdoctor").exists():
+        parent.mkdir(parents=True, exist_ok=True)
+        aside = Path(tempfile.mkdtemp(dir=parent, prefix=".making-"))
+        (aside / "draftdoctor").symlink_to(PACKAGE, target_is_directory=True)
+        try:
+            os.rename(aside, view)
+        except OSError:  # another process made it first
+            shutil.rmtree(aside, ignore_errors=True)
+    return view
+
+
 def _broken(engine, release, tail) -> "RealLoaderCrashed":
     return RealLoaderCrashed(f"{engine} {release} environment or adapter is broken (reinstall with "
-                             f"`{LOADERS[engine].install_command}`; if it persists the adapter needs updating):\n{tail}")
+                             f"{LOADERS[engine].install_hint(release)}; if it persists the adapter needs updating):\n{tail}")
 
 
 def scratch_folder(kind: str = "cold") -> Path:
@@ -335,7 +371,7 @@ def _worker_paths(engine, release) -> tuple[Path, Path, Path]:
 def worker_state() -> Path:
     """Where the warm workers' sockets, pid files and logs live: build/state/realload, or
     $DRAFTDOCTOR_REALLOAD_STATE (a test session keeps its workers apart from everyone else's)."""
-    return Path(os.environ.get("DRAFTDOCTOR_REALLOAD_STATE") or ROOT / "build" / "state" / "realload")
+    return Path(os.environ.get("DRAFTDOCTOR_REALLOAD_STATE") or STATE / "realload")
 
 
 def _open_private(path: Path, flags: int) -> int:

@@ -23,11 +23,11 @@ import time
 import traceback
 from pathlib import Path
 
+from ..toolstate import BUILD
 from . import SCHEMA_VERSION, nocode
 from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, die_with_parent, error, exit_now, report_stream, run
 
-ROOT = Path(__file__).resolve().parents[3]
-LLAMACPP = ROOT / "build" / "llamacpp"
+LLAMACPP = BUILD / "llamacpp"
 VENDOR = LLAMACPP / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"
 SERVER = LLAMACPP / "build" / "bin" / "llama-server"
 OPTIONAL = ("token_embd.weight", "output.weight", "d2t")  # eagle3.cpp: from the target, or no vocabulary map

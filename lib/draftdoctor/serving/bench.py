@@ -20,6 +20,7 @@ from .backends import BACKENDS, MAX_CONCURRENCY
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
 from ..errors import UserError
+from ..toolstate import DEMO
 
 
 class BenchFailed(RuntimeError):
@@ -58,7 +59,7 @@ def preflight(target, drafts: list[tuple[str, str]], engine) -> dict:
 
 
 MAX_PROMPTS_BYTES = 64 << 20
-DEMO_PROMPTS = Path(__file__).resolve().parents[3] / "data" / "demo" / "prompts.jsonl"  # the default, from any folder
+DEMO_PROMPTS = DEMO / "prompts.jsonl"  # the default, from any folder (package data)
 
 
 class BenchInputError(UserError, ValueError):
@@ -214,17 +215,25 @@ class BenchRun:
                                         "failure": self.failure, "explanation": self.explanation}
 
 
+def _request_progress(name, progress, on_request):
+    if on_request:
+        return lambda done, total: on_request(name, done, total)
+    return (lambda done, total: progress(f"{name}: {done}/{total} requests")) if progress else None
+
+
 def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_dir, prompts: list[str],
                  engine=None, loader: str | None = None,
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", progress=None, keep_going: bool = False, prompts_file=None,
-                 **server_kwargs) -> list[BenchRun]:
+                 on_request=None, **server_kwargs) -> list[BenchRun]:
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend. With
     `keep_going`, a draft whose server does not start is recorded as such (its reason from the log)
     and the next draft is measured (an investigation's "before" that never starts). Arguments no server
-    could answer are refused first (`check_requests`; `prompts_file` is named in its message)."""
+    could answer are refused first (`check_requests`; `prompts_file` is named in its message).
+    `progress(message)` hears each draft's milestones; `on_request(name, done, total)`, if given, each
+    answered request (else `progress` hears those too, one message each)."""
     engine = resolve_engine(engine) if engine is not None else None
     check_requests(backend, target, prompts, max_new_tokens, concurrency, extra_args or (), prompts_file)
     row, module = BACKENDS[backend], backend_module(backend)
@@ -261,7 +270,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                 result = module.run_bench(server.base_url, module.sent_prompts(target, prompts), name=name,
                                           max_new_tokens=max_new_tokens,
                                  concurrency=concurrency, num_draft_tokens=k,
-                                 progress=(lambda d, t: progress(f"{name}: {d}/{t} requests")) if progress else None)
+                                 progress=_request_progress(name, progress, on_request))
             except ClientError as e:
                 write_results(out_dir, runs)  # the drafts measured before this one are kept
                 code = server.process.poll()

@@ -24,17 +24,17 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..realload import CHILD_ENV
+from ..toolstate import BUILD, STATE
 from ..realload.common import die_with_parent
 from .backends import BACKENDS
 from .client import BenchResult, RequestResult
 from .engine_http import counters_delta, get_text, post_json, spec_counters
 
-ROOT = Path(__file__).resolve().parents[3]
-HOME = ROOT / "build" / "llamacpp"
+HOME = BUILD / "llamacpp"
 PACKAGE = "llama-cpp-python 0.3.36"  # mk/llamacpp.mk's LLAMACPP_PY; its vendored llama.cpp is what runs
 SERVER = HOME / "build" / "bin" / "llama-server"
 CONVERTER = HOME / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
-GGUF_CACHE = ROOT / "build" / "state" / "llamacpp" / "gguf"
+GGUF_CACHE = STATE / "llamacpp" / "gguf"
 HEALTH_PATH = "/health"
 READY_LINE = "server is listening on"
 SPEC_TYPE = "draft-eagle3"

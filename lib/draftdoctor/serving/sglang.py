@@ -105,7 +105,7 @@ def verdict(config: ServeConfig, engine) -> dict:
         return parse_launch(engine.release, [argv[argv.index("sglang.launch_server") + 1:]])[0]
     except ReleaseNotInstalled:
         raise LaunchUnchecked(f"SGLang {engine.release}'s parser is not installed here: "
-                              f"`{LOADERS['sglang'].install_command} RELEASES={engine.release}` installs it "
+                              f"{LOADERS['sglang'].install_hint(engine.release)} installs it "
                               "(on CPU, without serving)") from None
 
 

@@ -1,0 +1,98 @@
+"""`draftdoctor loaders`: the engines' own loaders listed and installed from the command line, with the
+same refusals, pins and self-check as `make sglang-loaders` (one implementation: realload/install.py).
+
+A real install's success is what `make test` runs for each of CI's releases (the Makefile calls the same
+module); here, without the network, the refusals and a failed self-check that leaves no ready marker.
+"""
+
+import base64
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from draftdoctor import realload
+from draftdoctor.errors import UserError
+from draftdoctor.realload import install as installing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "draftdoctor.cli", "loaders", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_list_names_every_release_with_a_pin_list_and_whether_it_is_installed(monkeypatch, tmp_path):
+    done = cli("list")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    listed = {(r[0], r[1]): r[2] for r in rows}
+    for name, row in realload.LOADERS.items():
+        installed = set(realload.installed_releases(name))
+        for release in row.releases:
+            assert listed[(name, release)] == ("yes" if release in installed else "no")
+    assert len(listed) == sum(len(row.releases) for row in realload.LOADERS.values())
+
+
+@pytest.mark.parametrize("spec, said", [
+    ("sglang==0.1", "sglang==0.1 has no pin list; known releases: 0.4.4.post4"),
+    ("sglang", "sglang: name a release"),
+    ("llamacpp==0.3.36", "llama.cpp is built"),
+    ("tensorrt==1.0", "tensorrt: no pinned real loaders"),
+])
+def test_install_refuses_what_it_cannot_install_in_one_line(spec, said):
+    done = cli("install", spec)
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_pin_list_that_would_replace_the_cpu_torch_is_refused(monkeypatch, tmp_path):
+    (tmp_path / "vllm-requirements-0.32.0.txt").write_text("numpy==2.2.6\ntorchaudio==2.9.0\n")
+    monkeypatch.setattr(installing, "HERE", tmp_path)
+    with pytest.raises(UserError, match=r"vllm-requirements-0\.32\.0\.txt: pins what the kit never installs.*torchaudio"):
+        installing.install("vllm", "0.32.0", folder=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+def _tiny_wheel(folder: Path, name: str = "ddtiny", version: str = "1.0") -> None:
+    """A one-module wheel, made by hand: what pip installs offline."""
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": b"VALUE = 1\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+              for path, data in files.items()] + [f"{dist}/RECORD,,"]
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+
+
+def test_a_release_that_fails_its_self_check_is_never_marked_ready(monkeypatch, tmp_path):
+    """pip installs the pins (offline: a tiny wheel), the self-check finds no SGLang in the folder: the
+    install fails naming the log, with its tail, and the folder has no ready marker, so no check uses it."""
+    wheels, pins = tmp_path / "wheels", tmp_path / "pins"
+    wheels.mkdir(), pins.mkdir()
+    _tiny_wheel(wheels)
+    (pins / "requirements-0.5.10.txt").write_text("ddtiny==1.0\n")
+    monkeypatch.setattr(installing, "HERE", pins)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    folder = tmp_path / "releases" / "0.5.10"
+    with pytest.raises(installing.InstallFailed, match=r"self-check failed \(the folder is not marked ready\)") as e:
+        installing.install("sglang", "0.5.10", folder=folder, link=False)
+    assert (folder / "ddtiny.py").is_file()  # pip ran, from the pin list
+    assert not (folder / realload.READY_MARKER).exists()
+    assert str(folder.with_name("0.5.10.log")) in str(e.value)
+    monkeypatch.setenv("DRAFTDOCTOR_SGLANG_DIR", str(folder.parent))
+    assert "0.5.10" not in realload.installed_releases("sglang")
+
+
+def test_make_installs_releases_through_the_same_module():
+    for mk, engine in (("sglang.mk", "sglang"), ("vllm.mk", "vllm")):
+        text = (ROOT / "mk" / mk).read_text()
+        assert f"-m draftdoctor.realload.install {engine} $* --folder $(@D)" in text
+        assert not [line for line in text.splitlines() if line.startswith("\t") and "pip install" in line]
