@@ -22,7 +22,7 @@ def test_release_formulas():
     assert sglang_rate_formula("0.4.8") == "none"
     assert sglang_rate_formula("0.5.10") == "bonus"
     assert sglang_rate_formula("0.5.11") == "strict"
-    assert sglang_rate_formula("0.5.4") == "unknown"
+    assert sglang_rate_formula("0.5.4") == "bonus"  # read from 0.5.4.post3's scheduler_metrics_mixin.py
 
 
 def test_the_story_line_is_zero_acceptance_on_0_5_10():
@@ -82,3 +82,68 @@ def test_reference_lines_round_trip_through_the_parser(release):
         assert "accept rate: 0.20" in line  # the story's line
     if release == "0.5.23":
         assert "accept rate: 0.00" in line
+
+
+# -- against each installed release's own code ------------------------------------------------------------
+
+from conftest import releases_under_test, require_release  # noqa: E402
+
+
+def _decode_line_written_by(folder) -> str:
+    """The "Decode batch" line a release's scheduler writes, read from its own source on CPU (SGLang does not
+    serve here): the f-string pieces that build `msg`, from `Decode batch` to `#queue-req`, each `{...:.2f}`
+    given 2.50, each other field 3."""
+    import re
+
+    writers = [p for p in (folder / "sglang" / "srt").rglob("*.py") if 'f"Decode batch' in p.read_text(errors="replace")]
+    assert len(writers) == 1, writers
+    lines = writers[0].read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if 'f"Decode batch' in line)
+    pieces = []
+    for line in lines[start:start + 80]:
+        text = line.strip()
+        if text.startswith('f"') or text.startswith(("msg = f", "msg += f")):
+            pieces += re.findall(r'f"((?:[^"\\]|\\.)*)"', text)
+        if "#queue-req" in text:
+            break
+    line = "".join(pieces).replace("{iter_msg}", "")  # the forward counter is logged only when asked for
+    return re.sub(r"\{[^{}]*\}", lambda m: "2.50" if m.group().endswith(":.2f}") else "3", line)
+
+
+@pytest.mark.parametrize("release", releases_under_test("sglang"))
+def test_the_parser_reads_the_decode_line_each_release_writes(release):
+    """What the kit parses and what its reference backend writes for a release match that release's own
+    code: the line's head, accept len, and accept rate exactly where the row says the release logs one."""
+    from draftdoctor.engines import serving_facts
+    from draftdoctor.realload import release_env
+
+    require_release(release)
+    line = _decode_line_written_by(release_env(release))
+    facts = serving_facts(release)
+    assert line.startswith(facts.decode_line_head), line
+    row = parse_sglang_lines([line], release=release, num_draft_tokens=4).iloc[0]
+    assert row["accept_length"] == 2.5 and row["running_req"] == 3 and row["gen_throughput"] == 2.5, line
+    logs_rate = "accept rate:" in line
+    assert logs_rate == (facts.accept_rate_formula != "none"), (release, facts.accept_rate_formula, line)
+    if logs_rate:
+        assert row["accept_rate_logged"] == 2.5
+
+
+@pytest.mark.parametrize("release", releases_under_test("sglang"))
+def test_the_meta_info_counts_the_kit_reads_are_those_each_release_writes(release):
+    """`/generate`'s meta_info draft counts (ServingFacts.spec_count_fields), read from the release's own
+    tokenizer manager, which writes `meta_info["<field>"] = ...`; a release the row gives none writes neither."""
+    import re
+
+    from draftdoctor.engines import serving_facts
+    from draftdoctor.realload import release_env
+
+    require_release(release)
+    source = (release_env(release) / "sglang" / "srt" / "managers" / "tokenizer_manager.py").read_text()
+    written = set(re.findall(r'meta_info\["(spec_[a-z_]+)"\]\s*=', source))
+    fields = serving_facts(release).spec_count_fields
+    if fields is None:
+        assert not written & {"spec_accept_token_num", "spec_draft_token_num", "spec_accepted_drafts",
+                              "spec_proposed_drafts", "spec_num_correct_drafts", "spec_num_proposed_drafts"}, written
+    else:
+        assert set(fields) <= written, (release, fields, written)

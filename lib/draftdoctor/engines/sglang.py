@@ -113,9 +113,12 @@ _COUNTS_0_5_11 = ("spec_accepted_drafts", "spec_proposed_drafts")
 SERVING = [
     ServingFacts("sglang", "0.0.0", "0.4.10.post2", spec_count_fields=None, accept_rate_formula="none",
                  decode_line_head="Decode batch.", **_OLD_GRAPH_FLAGS),
+    # scheduler_metrics_mixin.py still writes "Decode batch. #running-req" up to 0.5.3.post3; 0.5.4 adds the
+    # optional forward counter and the comma (read from each release's source: tests/test_logs.py)
     ServingFacts("sglang", "0.5.1", "0.5.3.post3", spec_count_fields=None, accept_rate_formula="none",
-                 decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
-    ServingFacts("sglang", "0.5.4", "0.5.4.post3", spec_count_fields=None, accept_rate_formula="unknown",
+                 decode_line_head="Decode batch.", **_OLD_GRAPH_FLAGS),
+    # 0.5.4.post3's scheduler_metrics_mixin.py logs accepted tokens / (forwards x (num_steps + 1)): L / k
+    ServingFacts("sglang", "0.5.4", "0.5.4.post3", spec_count_fields=None, accept_rate_formula="bonus",
                  decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
     ServingFacts("sglang", "0.5.5", "0.5.10.post1", spec_count_fields=("spec_accept_token_num", "spec_draft_token_num"),
                  accept_rate_formula="bonus", decode_line_head=_COMMA, **_OLD_GRAPH_FLAGS),
