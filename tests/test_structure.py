@@ -83,3 +83,12 @@ def test_the_code_cites_only_what_the_repository_holds():
             unknown += [f"{path.name}: {name}" for name in re.findall(r'"([^"]+)"', cited)
                         if not any(h.startswith(name) for h in headings)]
     assert outside == [] and unknown == []
+
+
+def test_notebooks_and_widgets_ask_the_one_verdict():
+    """The notebooks and the widgets show what every command shows: `diagnose`, never the replay alone
+    (which skips the checks beyond names and the values)."""
+    root = Path(__file__).resolve().parents[1] / "lib" / "draftdoctor"
+    for path in [*sorted((root / "notebooks").glob("*.ipynb")), root / "widgets.py"]:
+        text = path.read_text()
+        assert "import replay" not in text and "coverage.replay" not in text, path.name

@@ -27,8 +27,9 @@ def key_filter(frame, column: str = "name"):
 
 
 def engine_picker(checkpoint, specs: list[str], initial: str | None = None):
-    """A release picker that re-runs the coverage check and shows its verdict and loading report."""
-    from .coverage import replay
+    """A release picker that re-runs the one verdict (`diagnose`, the replayed loader) for the picked release
+    and shows it with its loading report."""
+    from .diagnose import diagnose
     from .tables import loading_report
 
     picker = w.Dropdown(options=specs, value=initial or specs[0], description="engine")
@@ -36,7 +37,7 @@ def engine_picker(checkpoint, specs: list[str], initial: str | None = None):
     out = w.Output()
 
     def refresh(_=None):
-        report = replay(checkpoint, picker.value)
+        report = diagnose(checkpoint, picker.value)
         verdict.value = f"<b>verdict:</b> {report.verdict}"
         out.clear_output(wait=True)
         with out:
