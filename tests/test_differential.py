@@ -9,7 +9,7 @@ from conftest import require_release, releases_under_test
 
 from draftdoctor.proofs import differential
 from draftdoctor.checkpoint import open_checkpoint
-from draftdoctor.coverage import replay
+from draftdoctor.replay import replay
 from draftdoctor.engines import EngineSpecError, resolve_engine
 from draftdoctor.realcheck import real_checks
 

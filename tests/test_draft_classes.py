@@ -8,7 +8,8 @@ from conftest import require_release
 
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.proofs import differential
-from draftdoctor.coverage import draft_dims, replay
+from draftdoctor.coverage import draft_dims
+from draftdoctor.replay import replay
 from draftdoctor.engines import parameters, resolve_engine
 from draftdoctor.synth import write_mla_draft
 

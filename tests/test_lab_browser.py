@@ -25,7 +25,7 @@ except ImportError:  # the browser fixture skips (or fails in CI), saying how to
     expect = sync_playwright = None
 
 from draftdoctor.checkpoint import open_checkpoint
-from draftdoctor.coverage import replay
+from draftdoctor.replay import replay
 from draftdoctor.diagnose import check
 from draftdoctor.lab import Lab
 from draftdoctor.tables import tensor_frame

@@ -52,7 +52,7 @@ def test_the_replay_knows_what_fails_loudly_and_when(tmp_path):
 def test_the_real_converter_and_loader_agree_with_the_replay(built, tmp_path):
     from draftdoctor.proofs import differential
     from draftdoctor.checkpoint import open_checkpoint
-    from draftdoctor.coverage import replay
+    from draftdoctor.replay import replay
     from draftdoctor.realcheck import real_checks
 
     cases = differential.write_cases(tmp_path, "llamacpp")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
 from .checks import draft_checks, read_target_config
-from .coverage import CoverageReport, draft_dims, replay
+from .coverage import CoverageReport, draft_dims
+from .replay import replay
 from .engines import resolve_engine
 from .realcheck import RealCheckError, real_check
 from .values import scan, value_findings

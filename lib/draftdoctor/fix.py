@@ -36,7 +36,8 @@ from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, C
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configs import ABSENT, FLAT, MISSING, UNKNOWN, ConfigChange, ConfigRewrite, config_format, rewrite_config
 from .checks import OPTION_CODES, read_target_config
-from .coverage import PAIR_REASON, CoverageReport, draft_dims, unmodelled_class
+from .coverage import CoverageReport, draft_dims
+from .replay import PAIR_REASON, unmodelled_class
 from .provenance import recognise
 from .diagnose import diagnose
 from .engines import Engine, parameters, resolve_engine

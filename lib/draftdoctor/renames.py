@@ -3,7 +3,7 @@
 The rules are data, in the style of vLLM's `WeightsMapper`: ordered prefix (and substring) maps, no
 branches. For each producer layout, `RULES` lists candidate mappers in order of preference. Which
 one applies to an engine is not written down per release: `choose` asks the engine's profile, via
-`coverage.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
+`replay.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
 with the profile's own legacy renames switched off, so the result does not lean on an engine's
 compatibility path (SGLang >= 0.5.12 and vLLM accept `midlayer.` only through such a rename).
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .coverage import CRASHED, DERIVED, DROPPED, IGNORED, LOADED, PAIRED, TRAINING_ONLY, pair_of, resolve_key
+from .coverage import CRASHED, DERIVED, DROPPED, IGNORED, LOADED, TRAINING_ONLY
 from .layouts import MIDLAYER_LAYOUT, PREFIXED_LAYOUT, SPECULATORS_LAYOUT, UNKNOWN_LAYOUT, is_training_only
+from .replay import PAIRED, pair_of, resolve_key
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def sweep_release(engine: str, release: str, cases: dict) -> ReleaseRow:
     """What `release`'s own loader does with each case, and where the replay's profile row disagrees."""
     from . import differential
     from ..checkpoint import open_checkpoint
-    from ..coverage import replay
+    from ..replay import replay
     from ..engines import EngineSpecError, resolve_engine
     from ..realcheck import RealCheckError, from_real, real_checks
     from ..realload import RealLoaderError, run_real_loaders, stop_worker

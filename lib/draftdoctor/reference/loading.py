@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from ..checkpoint import open_checkpoint
-from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims, replay
+from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims
+from ..replay import replay
 from ..diagnose import check
 from ..engines import parameters, resolve_engine
 from ..statuses import ParamFate

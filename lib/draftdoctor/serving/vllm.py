@@ -159,7 +159,8 @@ def as_loaded_by(draft, engine, dst) -> Path:
     computation. Returns `dst`."""
     from ..checkpoint import CONFIG_NAME, INDEX_NAME, open_checkpoint
     from ..configs import rewrite_config
-    from ..coverage import DERIVED, LOADED, replay
+    from ..coverage import DERIVED, LOADED
+    from ..replay import replay
     from ..engines import resolve_engine
     from .. import rewriter
 
