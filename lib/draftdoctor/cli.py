@@ -567,11 +567,11 @@ def cmd_loaders(args, out) -> int:
 
     specs = []
     for spec in args.specs:
-        engine, _, release = spec.partition("==")
+        engine, _, release = (part.strip() for part in spec.partition("=="))
         if not release:
             raise UserError(f"{spec}: name a release, e.g. sglang==0.5.10 (`draftdoctor loaders list` lists them)")
-        pin_list(engine.strip().lower(), release.strip())  # every spec checked before anything is installed
-        specs.append((engine.strip().lower(), release.strip()))
+        pin_list(engine.lower(), release)  # every spec checked before anything is installed
+        specs.append((engine.lower(), release))
     if not specs:
         raise UserError("loaders install: name at least one release, e.g. sglang==0.5.10")
     for engine, release in specs:

@@ -25,7 +25,7 @@ DEMO = PACKAGE / "data" / "demo"  # the bundled demo: target, drafts, prompts, i
 STATE_VARIABLE = "DRAFTDOCTOR_STATE"
 
 
-def checkout() -> Path | None:
+def _checkout() -> Path | None:
     """The source checkout this kit runs from (its pyproject.toml names the kit), None when installed."""
     root = PACKAGE.parents[1]
     try:
@@ -34,13 +34,15 @@ def checkout() -> Path | None:
         return None
 
 
+CHECKOUT = _checkout()  # read once: every child the kit starts asks
+
+
 def build_area() -> Path:
     """The folder the kit builds and installs into, and keeps tool state under (see the module's text)."""
     if os.environ.get(STATE_VARIABLE):
         return Path(os.environ[STATE_VARIABLE]).absolute()
-    root = checkout()
-    if root is not None:
-        return root / "build"
+    if CHECKOUT is not None:
+        return CHECKOUT / "build"
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache).absolute() / "draftdoctor"
 

@@ -69,19 +69,17 @@ def releases_where(holds, draft_class: str = "llama") -> list[str]:
     """The release ranges whose rows of `draft_class` (llama, qwen3, mla) `holds(row)`, one per run of
     neighbouring rows of one engine, e.g. ["sglang 0.5.12–0.5.23", "vllm 0.9.1–0.32.0"]: what a message
     names where it says which releases do something, so that it can never disagree with the rows."""
+    from itertools import groupby
+
+    rows = [p for p in all_profiles() if p.draft_class == draft_class]
     out = []
-    for engine in dict.fromkeys(p.engine for p in all_profiles()):
-        rows = sorted((p for p in all_profiles() if p.engine == engine and p.draft_class == draft_class),
-                      key=lambda p: parse_version(p.first))
-        run = []
-        for row in rows + [None]:
-            if row is not None and holds(row):
-                run.append(row)
-                continue
-            if run:
-                first, last = run[0].first, max((r.last for r in run), key=parse_version)
+    for engine in dict.fromkeys(p.engine for p in rows):
+        ranges = sorted((p for p in rows if p.engine == engine), key=lambda p: parse_version(p.first))
+        for held, run in groupby(ranges, key=lambda p: bool(holds(p))):
+            if held:
+                run = list(run)  # one class's rows of one engine do not overlap: the run ends at its last row
+                first, last = run[0].first, run[-1].last
                 out.append(f"{engine}=={first}" if first == last else f"{engine} {first}–{last}")
-            run = []
     return out
 
 

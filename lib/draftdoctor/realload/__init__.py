@@ -100,12 +100,12 @@ class RealLoaders:
 
     def install_hint(self, release: str | None = None) -> str:
         """What installs `release` (or CI's releases): the CLI, and make in a checkout."""
-        from ..toolstate import checkout
+        from ..toolstate import CHECKOUT
 
         if self.pin_prefix is None:
             return f"`{self.make_target}` in the kit's checkout"
         cli = f"`draftdoctor loaders install {self.name}=={release or 'RELEASE'}`"
-        if checkout() is None:
+        if CHECKOUT is None:
             return cli
         return f"{cli}, or `{self.make_target}" + (f" RELEASES={release}`" if release else "`")
 
@@ -229,9 +229,9 @@ def kit_path() -> Path:
     """The folder whose `draftdoctor` is this kit, for a child's PYTHONPATH: the checkout's lib/; for an
     installed kit a folder holding one link to the package (its site-packages holds the whole venv, which
     a pinned release must not see). Made aside and renamed into place, once per install location."""
-    from ..toolstate import PACKAGE, checkout
+    from ..toolstate import CHECKOUT, PACKAGE
 
-    if checkout() is not None:
+    if CHECKOUT is not None:
         return PACKAGE.parent
     parent = STATE / "kit-view"
     view = parent / hashlib.sha1(str(PACKAGE).encode()).hexdigest()[:12]
