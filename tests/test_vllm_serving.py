@@ -97,6 +97,13 @@ def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(tmp_path)
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Measured on vLLM 0.32.0 (real engine, CPU)" in text and "## Backends compared" in text
     assert (tmp_path / "out" / "backends.png").stat().st_size > 10_000
+    # notebook 05 teaches the guard: the story's draft refused inside vLLM, beside check's verdict
+    [executed] = (tmp_path / "out").rglob("05-relaunch-and-chart.ipynb")
+    said = "".join(text for cell in json.loads(executed.read_text())["cells"] for output in cell.get("outputs", [])
+                   for text in output.get("text", []))
+    assert "check, before serving: decoder layer left at initial values" in said
+    assert "the guard, while serving: does not start: draftdoctor guard: refusing to serve" in said
+    assert "ERROR   uninitialized-params: 7 of 12 parameters" in said and "model.layers.0.self_attn.qkv_proj.weight" in said
 
 
 def test_the_served_vllm_release_is_chosen_by_name(tmp_path):

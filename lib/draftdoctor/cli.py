@@ -301,7 +301,7 @@ def _serve_config(args):
                        host=args.host, port=args.port or 0, tp_size=args.tp_size,
                        dp_size=args.dp_size, nnodes=args.nnodes, node_rank=args.node_rank,
                        dist_init_addr=args.dist_init_addr, disable_cuda_graph=args.disable_cuda_graph,
-                       extra_args=extra)
+                       extra_args=extra, guard=args.guard)
 
 
 def _serving_engine(args):
@@ -310,6 +310,10 @@ def _serving_engine(args):
     once for serve and bench, by the backend's module."""
     from .serving.launcher import backend_module
 
+    if args.guard and BACKENDS[args.backend].guard is None:
+        offered = ", ".join(name for name, row in BACKENDS.items() if row.guard)
+        raise _UsageError(f"--guard: the guard runs inside an engine's own server process (--backend {offered}); "
+                          f"{BACKENDS[args.backend].display} is not one")
     module = backend_module(args.backend)
     engine = module.resolve(args.engine)
     return engine, module.backend_label(engine)
@@ -318,7 +322,7 @@ def _serving_engine(args):
 def cmd_serve(args, out) -> int:
     import time
 
-    from .serving.launcher import serve
+    from .serving.launcher import GuardStopped, serve
 
     from pathlib import Path
 
@@ -342,8 +346,13 @@ def cmd_serve(args, out) -> int:
                             if not BACKENDS[args.backend].authenticated else "")
                          + "; the kit's default is 127.0.0.1\n")
     sys.stderr.write(f"starting {label}; log: {args.log}\n")
-    server = serve(args.backend, config, args.log, engine=engine, loader=args.loader,
-                   ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    try:
+        server = serve(args.backend, config, args.log, engine=engine, loader=args.loader,
+                       ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout)
+    except GuardStopped as e:  # a finding about the draft, not a usage error
+        sys.stderr.write("".join(f"draftdoctor: {_safe(line)}\n" if i == 0 else f"{_safe(line)}\n"
+                                 for i, line in enumerate(str(e).splitlines())))
+        return EXIT_FINDINGS
     try:
         out.write(f"{label} ready at {server.base_url} (Ctrl-C stops it)\n")
         out.flush()
@@ -424,7 +433,7 @@ def cmd_bench(args, out) -> int:
                             num_steps=args.num_steps, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                             extra_args=args.extra[1:] if args.extra[:1] == ["--"] else args.extra, progress=progress,
                             ready_timeout=args.ready_timeout, hang_timeout=args.hang_timeout,
-                            prompts_file=args.prompts or DEMO_PROMPTS, on_request=requests)
+                            prompts_file=args.prompts or DEMO_PROMPTS, on_request=requests, guard=args.guard)
     except DraftMisfit as e:
         sys.stderr.write(f"draftdoctor: not launched: {_safe(e)}\n")
         return EXIT_FINDINGS
@@ -655,6 +664,11 @@ def _add_serving_arguments(p) -> None:
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
                    help="reference backend: how the emulated release's loader is reproduced")
     p.add_argument("--num-steps", type=_positive_int, default=4, help="--speculative-num-steps")
+    p.add_argument("--guard", action="store_true",
+                   help="the guard in the server's own process: it stops the server before it is ready (exit "
+                        "status 1, naming the parameters) when the engine's loader leaves a draft parameter "
+                        "unwritten or drops a tensor (vllm: the kit's plugin; sglang: python -m draftdoctor.guard; "
+                        "docs/guard.md)")
     p.add_argument("--ready-timeout", type=_positive_seconds, default=900.0, help="seconds to wait for readiness")
     p.add_argument("--hang-timeout", type=_positive_seconds, default=300.0,
                    help="seconds without log output during start-up that count as a hang")

@@ -155,6 +155,18 @@ def check(adapter, server_args, checkpoint, device):
     return report
 
 
+def load_only(adapter, server_args, checkpoint):
+    """Read, build and load `checkpoint` the way SGLang's draft worker does, with nothing of the kit's
+    around it: what the guard's hook sees in a server (`--load-only`, tests/test_guard.py)."""
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader import get_model
+
+    model_config = adapter.model_config(server_args, str(checkpoint))
+    return get_model(model_config=model_config, load_config=LoadConfig(load_format=server_args.load_format),
+                     device_config=DeviceConfig("cpu"))
+
+
 def _versions():
     import importlib.metadata
 
@@ -214,6 +226,9 @@ def main(argv=None):
     parser.add_argument("--parse-launch", metavar="JSON",
                         help="instead of checkpoints: SGLang's verdict on each of these sglang.launch_server argument "
                              "lists (a JSON list of lists)")
+    parser.add_argument("--load-only", action="store_true",
+                        help="only build and load each checkpoint as SGLang's draft worker does, with no recorder "
+                             "(what the guard's hook sees in a server); exit 0 when every load returned")
     args = parser.parse_args(argv)
     nocode.install()  # no code from a checkpoint or target folder runs here
 
@@ -231,6 +246,17 @@ def main(argv=None):
                   file=sys.stderr)
             return EXIT_ENVIRONMENT
         setup_s = round(time.perf_counter() - started, 3)
+        if args.load_only:
+            for checkpoint in args.checkpoints:
+                try:
+                    load_only(adapter, server_args, Path(checkpoint).resolve())
+                except SystemExit as exc:  # a hook ended the load (the guard's refusal): its status, cleaned up
+                    return exc.code
+                except Exception:  # SGLang's own refusal of the draft, as a server would log it
+                    traceback.print_exc()
+                    return 1
+                print(f"draftdoctor: sglang {args.release} loaded {checkpoint}", file=sys.stderr)
+            return 0
         if args.parse_launch is not None:
             return emit(out, [parse_launch(argv) for argv in json.loads(args.parse_launch)])
         return run(args, out, lambda paths, device, _target: run_checks(adapter, server_args, args.release, paths,

@@ -36,13 +36,15 @@ def _dtype_name(dtype):
 class LoadRecorder:
     """Instruments one model for one `load_weights` call; `report()` returns the observations."""
 
-    def __init__(self, model, fused_shards, loader_modules=(), hold_tensors=False):
+    def __init__(self, model, fused_shards, loader_modules=(), hold_tensors=False, digests=True):
         """`fused_shards(module)` returns the shard ids a fused module expects, or None;
         `loader_modules`: modules besides the model classes' own whose fallback loaders
         `load_weights` reaches (vLLM's AutoWeightsLoader lives in `models/utils`);
         `hold_tensors`: attribute a write to the key whose tensor it writes, for a `load_weights`
-        that reads every key before writing any (vLLM's EAGLE-3 does; it holds them all anyway)."""
+        that reads every key before writing any (vLLM's EAGLE-3 does; it holds them all anyway);
+        `digests`: a sha256 of each parameter in the report (the guard, on a served draft, skips them)."""
         self.model = model
+        self.digests = digests
         self.hold_tensors = hold_tensors
         self.loader_modules = tuple(loader_modules)
         self.params = dict(model.named_parameters())
@@ -64,11 +66,15 @@ class LoadRecorder:
         self._saved = []  # (module globals, {name: original loader})
 
     # -- instrumentation -------------------------------------------------------------------------
-    def prepare(self):
-        """Fill parameters with the sentinel and wrap every weight loader."""
+    def prepare(self, keep_initial_bytes=0):
+        """Fill parameters with the sentinel and wrap every weight loader. `keep_initial_bytes`: keep
+        the initial values of parameters up to that size, for `restore_unwritten` (a served model)."""
+        self._initial = {}
         if self.real:
             with torch.no_grad():
-                for p in self.params.values():
+                for name, p in self.params.items():
+                    if p.dtype in _SENTINELS and p.numel() * p.element_size() <= keep_initial_bytes:
+                        self._initial[name] = p.data.clone()
                     if p.dtype in _SENTINELS:
                         int_dtype, bits = _SENTINELS[p.dtype]
                         p.data.view(int_dtype).fill_(bits)
@@ -86,10 +92,36 @@ class LoadRecorder:
             for name, loader in saved.items():
                 module_globals[name] = self._wrap(loader)
 
+    def restore_unwritten(self):
+        """Give the elements no load wrote back their initial values (kept by `prepare`), so that a model
+        served after recording computes what it would have without it (a vocabulary map whose initial
+        value is right). Returns the names of parameters still holding the sentinel somewhere."""
+        left = []
+        with torch.no_grad():
+            for name, p in self.params.items():
+                if p.device.type == "meta" or p.dtype not in _SENTINELS:
+                    continue
+                int_dtype, bits = _SENTINELS[p.dtype]
+                flat = p.data.view(int_dtype).reshape(-1)
+                if not any(bool((chunk == bits).any()) for chunk in flat.split(_COUNT_CHUNK)):
+                    continue
+                if name in self._initial:  # small: a mask of it is small too
+                    unwritten = p.data.view(int_dtype) == bits
+                    p.data[unwritten] = self._initial[name][unwritten]
+                else:
+                    left.append(name)
+        self._initial = {}
+        return left
+
     def restore(self):
-        """Put the module-level fallback loaders back (the next checkpoint gets a fresh recorder)."""
+        """Put the module-level fallback loaders and the parameters' own loaders back (the next
+        checkpoint gets a fresh recorder; a served model keeps no reference to this one)."""
         for module_globals, saved in self._saved:
             module_globals.update(saved)
+        for p in self.params.values():
+            loader = getattr(p, "weight_loader", None)
+            if getattr(loader, "__self_recorder__", None) is self:
+                p.weight_loader = loader.__wrapped__
 
     def _wrap(self, loader, fixed_name=None):
         def recorded(param, loaded_weight, *args, **kwargs):
@@ -109,7 +141,18 @@ class LoadRecorder:
                 self.writes[name].append({"key": earlier["key"], "shard": None, "ok": True})
 
         recorded.__wrapped__ = loader
+        recorded.__self_recorder__ = self
         return recorded
+
+    def around_load_weights(self, call):
+        """Run `call()` (the engine's loader step that calls `model.load_weights(weights)`) with that
+        iterator tracked; returns what `call` returns."""
+        load_weights = self.model.load_weights
+        self.model.load_weights = lambda weights, *args, **kwargs: load_weights(self.track(weights), *args, **kwargs)
+        try:
+            return call()
+        finally:
+            del self.model.load_weights
 
     def track(self, weights):
         """Wrap the production weights iterator: remember which key is being processed."""
@@ -216,5 +259,5 @@ class LoadRecorder:
             # A sentinel change no wrapped loader accounts for means the instrumentation missed a path.
             "unattributed_write": bool(written) and not ok,
             "sha256": hashlib.sha256(p.data.detach().contiguous().reshape(-1).view(torch.uint8).numpy()).hexdigest()
-            if self.real and p.dtype.is_floating_point else None,
+            if self.digests and self.real and p.dtype.is_floating_point else None,
         }

@@ -246,12 +246,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
         report["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
         recorder = state["recorder"] = LoadRecorder(model, _fused_shards, loader_modules=[model_utils], hold_tensors=True)
         recorder.prepare()
-        load_weights = model.load_weights
-        model.load_weights = lambda weights: load_weights(recorder.track(weights))
-        try:
-            original(loader, model, model_config)
-        finally:
-            del model.load_weights
+        recorder.around_load_weights(lambda: original(loader, model, model_config))
         state["snapshot"] = recorder.report()  # before post-processing repacks the linear weights
         enter("postprocess")
 

@@ -35,17 +35,23 @@ class Backend:
     served_context: int | None = None  # tokens per sequence the kit launches it with (None: the target's)
     max_new_tokens: int | None = None  # the server's own cap on one request's new tokens (None: the context's)
     max_requests: int | None = None  # requests it holds at once before refusing more (None: it queues them)
+    # how `--guard` puts draftdoctor.guard in the server's process: "plugin" (the engine loads the kit's
+    # entry point; the environment turns it on), "launcher" (`python -m draftdoctor.guard --` in front of
+    # the command); None: not offered (the reference backend replays the loader itself; llama.cpp's
+    # loader is the kit's own run of its converter, checked by `check --loader real`)
+    guard: str | None = None
 
 
 BACKENDS = {
     # reference.server: greedy, one request at a time; its MAX_NEW_TOKENS and MAX_REQUESTS are these
     "reference": Backend("reference", "the reference backend", "sglang==0.5.10", "sglang==0.5.10",
                          authenticated=False, max_new_tokens=4096, max_requests=64),
-    "sglang": Backend("sglang", "SGLang", None, "sglang", runs_here=False, retries_without_cuda_graph=True),
+    "sglang": Backend("sglang", "SGLang", None, "sglang", runs_here=False, retries_without_cuda_graph=True,
+                      guard="launcher"),
     # vLLM on CPU: a 1 GB KV cache is enough for 512-token sequences (docs/engine-facts.md: "Real engines on these CPUs"); 0.32.0 is the
     # release its serving tests run, never whichever is newest on disk
     "vllm": Backend("vllm", "vLLM", "vllm==0.32.0", "vllm==0.32.0", authenticated=False, own_counters=True,
-                    context_flag="--max-model-len", served_context=512),
+                    context_flag="--max-model-len", served_context=512, guard="plugin"),
     # llama-server: one slot (-np 1) of 512 tokens
     "llamacpp": Backend("llamacpp", "llama.cpp", None, "llamacpp", authenticated=False, own_counters=True,
                         context_flag="-c", served_context=512),

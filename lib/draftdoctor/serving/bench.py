@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .client import BenchResult, ClientError, avg_spec_accept_length
-from .launcher import LaunchRefused, ServeConfig, ServerCrashed, backend_module, cause, serve, tail
+from .launcher import GuardStopped, LaunchRefused, ServeConfig, ServerCrashed, backend_module, cause, serve, tail
 from .backends import BACKENDS, MAX_CONCURRENCY
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
@@ -226,14 +226,16 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", progress=None, keep_going: bool = False, prompts_file=None,
-                 on_request=None, **server_kwargs) -> list[BenchRun]:
+                 on_request=None, guard: bool = False, **server_kwargs) -> list[BenchRun]:
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend. With
     `keep_going`, a draft whose server does not start is recorded as such (its reason from the log)
     and the next draft is measured (an investigation's "before" that never starts). Arguments no server
     could answer are refused first (`check_requests`; `prompts_file` is named in its message).
     `progress(message)` hears each draft's milestones; `on_request(name, done, total)`, if given, each
-    answered request (else `progress` hears those too, one message each)."""
+    answered request (else `progress` hears those too, one message each). `guard`: each server runs
+    with the guard in its process (draftdoctor.guard), which stops it before it is ready when the
+    engine's loader leaves a draft parameter unwritten."""
     engine = resolve_engine(engine) if engine is not None else None
     check_requests(backend, target, prompts, max_new_tokens, concurrency, extra_args or (), prompts_file)
     row, module = BACKENDS[backend], backend_module(backend)
@@ -249,7 +251,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     for name, draft in drafts:
         draft = module.served_draft(draft, engine, out_dir / f"served-{name}")  # vLLM: as `engine`'s loader leaves it
         config = ServeConfig(target=target, draft=draft, num_steps=num_steps, topk=topk, num_draft_tokens=k,
-                             host=host, port=0, extra_args=list(extra_args or []))
+                             host=host, port=0, extra_args=list(extra_args or []), guard=guard)
         log_path = out_dir / f"server-{name}.log"
         if progress:
             progress(f"{name}: starting the {backend} server")
@@ -261,9 +263,11 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
         except (ServerCrashed, LaunchRefused) as e:
             if not keep_going:
                 raise
-            why = re.sub(r"^\[[^\]]*\]\s*(error:\s*)?", "", cause(e.log_tail) if e.log_tail else str(e))
+            why = re.sub(r"^\[[^\]]*\]\s*(error:\s*)?", "", cause(e.log_tail) if e.log_tail else str(e))[:500]
+            if isinstance(e, GuardStopped):  # the guard's refusal, whole: which parameters, in check's words
+                why = e.refusal
             runs.append(BenchRun(BenchResult(name, [], 0.0, k), backend, log_path, None, None, label,
-                                 failure=why[:500], **diagnosis))
+                                 failure=why, **diagnosis))
             continue
         with server:
             try:

@@ -38,6 +38,7 @@ from .. import listeners
 from ..realload.common import die_with_parent
 from ..engines import resolve_engine
 from ..errors import UserError
+from ..guard import guard_refusal
 from . import llamacpp, reference, sglang, vllm
 from .backends import BACKENDS
 from .sglang import LaunchUnchecked, ServeConfig, cuda_graph_flags, launch_args  # noqa: F401  (the launcher's words)
@@ -66,6 +67,15 @@ class ServerHung(ServerError):
 
 class PortBusy(ServerError):
     """The port is held by a process that is not the server the kit started."""
+
+
+class GuardStopped(ServerCrashed):
+    """The guard in the server's process refused its draft (`--guard`): a finding about the draft,
+    `refusal` the guard's own words."""
+
+    def __init__(self, message: str, refusal: str):
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class LaunchRefused(ServerError):
@@ -213,6 +223,9 @@ class Server:
                     self._port_taken("was taken by another process before the server bound it")
                     start = last_growth = time.monotonic()
                     continue
+                refusal = guard_refusal(lines)
+                if refusal:
+                    raise GuardStopped(f"server exited with status {code} before it was ready: {refusal}", refusal)
                 raise ServerCrashed(f"server exited with status {code} before it was ready: {cause(lines)[:300]} "
                                     f"(log: {self.log_path})", lines[-20:])
             # whoever holds the port is asked nothing until the kernel says it is this server

@@ -44,6 +44,7 @@ class ServeConfig:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     extra_args: list[str] = field(default_factory=list)  # passed through unchanged
+    guard: bool = False  # the guard in the server's own process (draftdoctor.guard; the row says how)
 
 
 class LaunchUnchecked(UserError):
@@ -84,8 +85,11 @@ def launch_args(config: ServeConfig, release: str | None = None) -> list[str]:
 
 
 def command(config: ServeConfig, engine=None, loader: str | None = None, python: str | None = None) -> list[str]:
-    """`python -m sglang.launch_server` with the flags of `engine`'s release (None: the newest known)."""
-    return [python or sys.executable, "-m", "sglang.launch_server",
+    """`python -m sglang.launch_server` with the flags of `engine`'s release (None: the newest known); with
+    `config.guard`, behind the guard's launcher (SGLang has no plugin entry point)."""
+    python = python or sys.executable
+    guard = [python, "-m", "draftdoctor.guard", "--"] if config.guard else []
+    return [*guard, python, "-m", "sglang.launch_server",
             *launch_args(config, engine.release if engine else None)]
 
 

