@@ -108,3 +108,23 @@ def test_the_state_variable_moves_everything(installed, tmp_path):
     helped = subprocess.run([str(installed["venv"] / "bin" / "draftdoctor"), "--help"], capture_output=True,
                             text=True, env=env, cwd=tmp_path)
     assert helped.returncode == 0 and "$DRAFTDOCTOR_STATE" in helped.stdout
+
+
+def test_the_installed_package_carries_the_guard(installed, tmp_path):
+    """vLLM finds the guard through the installed package's entry point; the launcher's start-up hook is
+    package data (a folder without __init__.py), so `python -m draftdoctor.guard` works from the wheel."""
+    python = installed["venv"] / "bin" / "python"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(installed["home"])}
+    said = subprocess.run([str(python), "-c", "import importlib.metadata as m; from draftdoctor.guard.__main__ import "
+                           "STARTUP; print([e.value for e in m.entry_points(group='vllm.general_plugins')], "
+                           "(STARTUP / 'sitecustomize.py').is_file())"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
+    assert said == "['draftdoctor.guard.vllm:register'] True"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    [declared] = site.glob("draftdoctor-*.dist-info/entry_points.txt")  # the wheel's own, not the checkout's
+    assert "draftdoctor_guard = draftdoctor.guard.vllm:register" in declared.read_text()
+    hooked = subprocess.run([str(python), "-m", "draftdoctor.guard", "--", str(python), "-c",
+                             "from draftdoctor.guard import sglang; print(sglang._STATE['installed'])"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert hooked.stdout.strip() == "True", hooked.stderr
