@@ -331,7 +331,9 @@ def test_parent_imports_neither_torch_nor_sglang():
 
 
 def test_each_release_has_pins_and_an_adapter_and_ci_covers_every_profile_range():
-    from draftdoctor.engines import all_profiles
+    from draftdoctor.engines import all_profiles, parse_version
+    from draftdoctor.realload import adapters
+    from draftdoctor.realload.adapters.releases import RANGES
 
     here = Path(realload.__file__).parent
     releases, ci = LOADERS["sglang"].releases, LOADERS["sglang"].ci_releases
@@ -341,10 +343,13 @@ def test_each_release_has_pins_and_an_adapter_and_ci_covers_every_profile_range(
             if row.engine == engine:
                 assert any(row.contains(r) for r in LOADERS[engine].ci_releases), (row.spec, row.draft_class)
     for release in releases:
-        assert (here / "adapters" / f"sglang_{release.replace('.', '_')}.py").exists()
+        rows = [row for row in RANGES if parse_version(row[0]) <= parse_version(release) <= parse_version(row[1])]
+        assert len(rows) == 1 and adapters.get(release).release == release, (release, rows)
         lines = [line.split("#")[0].strip() for line in (here / f"requirements-{release}.txt").read_text().splitlines()]
         pins = [line for line in lines if line]
         assert f"sglang=={release}" in pins
         assert all("==" in pin for pin in pins), "every dependency is pinned exactly"
         forbidden = ("torch", "triton", "nvidia", "sgl-kernel", "sgl_kernel", "sglang-kernel", "sglang_kernel", "cuda")
         assert not [pin for pin in pins if pin.lower().startswith(forbidden)]
+    with pytest.raises(adapters.AdapterMismatch, match="no adapter for sglang 0.5.0rc1"):
+        adapters.get("0.5.0rc1")  # inside a row, but no pin list

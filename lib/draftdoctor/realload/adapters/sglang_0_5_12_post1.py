@@ -1,8 +1,0 @@
-"""SGLang 0.5.12.post1 (`layers` ModuleList, legacy `midlayer` renamed on load): server args published with
-`set_global_server_args_for_scheduler` (a shim over `runtime_context` from 0.5.16), as 0.5.10."""
-
-import dataclasses
-
-from .sglang_0_5_10 import ADAPTER as _ADAPTER_0_5_10
-
-ADAPTER = dataclasses.replace(_ADAPTER_0_5_10, release="0.5.12.post1")

@@ -1,7 +1,0 @@
-"""SGLang 0.5.22: server args published with `runtime_context.publish(..., ranks=SpawnRanks(...))`, as 0.5.23."""
-
-import dataclasses
-
-from .sglang_0_5_23 import ADAPTER as _ADAPTER_0_5_23
-
-ADAPTER = dataclasses.replace(_ADAPTER_0_5_23, release="0.5.22")
