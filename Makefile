@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 # where the kit builds and installs (draftdoctor.toolstate reads the same variable)
 BUILD := $(or $(DRAFTDOCTOR_STATE),$(CURDIR)/build)
 TORCH := torch==2.13.0
+# the build backend, the one pyproject.toml's [build-system] pins: a wheel built from .venv without build
+# isolation (tests/test_installed.py) is built by the same setuptools as an isolated build
+SETUPTOOLS := setuptools==84.2.1
 
 # Keep tool state (Jupyter, IPython, matplotlib, HF caches) out of the home directory.
 export JUPYTER_CONFIG_DIR := $(BUILD)/state/jupyter/config
@@ -29,7 +32,7 @@ setup: $(VENV)/.venv-complete
 $(VENV)/.setup-done: pyproject.toml
 	mkdir -p $(IPYTHONDIR) $(MPLCONFIGDIR) $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(HF_HOME) $(XDG_CACHE_HOME)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q $(TORCH) $(SETUPTOOLS)
 	$(BIN)/pip install -q -e '.[dev]'
 	# the notebooks' kernelspec `python3`, inside .venv (not the home directory)
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (draftdoctor)" >/dev/null
