@@ -70,6 +70,19 @@ class GuardVerdict:
         return "\n".join(lines)
 
 
+def rank_label(distributed: str) -> str | None:
+    """"rank R of N" under tensor parallelism, from the engine's `distributed` module (vLLM's and SGLang's
+    name the two functions alike); None for one process or before its group exists."""
+    import importlib
+
+    try:
+        module = importlib.import_module(distributed)
+        size = module.get_tensor_model_parallel_world_size()
+        return f"rank {module.get_tensor_model_parallel_rank()} of {size}" if size > 1 else None
+    except Exception:  # noqa: BLE001 - no group: one process
+        return None
+
+
 def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None) -> GuardVerdict:
     """The verdict on one recorded load: `raw` is the recorder's report (plus "from_target", the
     parameters the engine was seen to take from the target), `draft` the draft's folder."""

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from . import KEEP_INITIAL_BYTES, GuardVerdict, announce, enabled, judge, refuse
+from . import KEEP_INITIAL_BYTES, GuardVerdict, announce, enabled, judge, rank_label, refuse
 from .hooks import after_import
 
 LIVE = ("run: SGLang's own model loader in the process that loads the draft, on the real draft and "
         "server arguments; the kit has proven this hook on CPU through SGLang's build-and-load path only, "
         "never in a serving GPU server")
 _STATE = {"installed": False, "load": None}
+DISTRIBUTED = "sglang.srt.distributed"  # its tensor-parallel group
 
 
 def install():
@@ -98,22 +99,12 @@ def release() -> str:
         return "unknown"
 
 
-def _rank() -> str | None:
-    try:
-        from sglang.srt.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
-
-        size = get_tensor_model_parallel_world_size()
-        return f"rank {get_tensor_model_parallel_rank()} of {size}" if size > 1 else None
-    except Exception:  # noqa: BLE001 - no group: one process
-        return None
-
-
 def _judge(load):
     engine = f"sglang=={release()}"
     if load["raw"] is None:
         why = _STATE.get("unsupported") or "the draft was loaded without DefaultModelLoader.load_weights_and_postprocess"
-        refuse(GuardVerdict(engine, load["draft"], 0, 0, True, [why], rank=_rank()), LIVE)
-    verdict = judge(load["raw"], load["draft"], engine, _rank())
+        refuse(GuardVerdict(engine, load["draft"], 0, 0, True, [why], rank=rank_label(DISTRIBUTED)), LIVE)
+    verdict = judge(load["raw"], load["draft"], engine, rank_label(DISTRIBUTED))
     if verdict.refused:
         refuse(verdict, LIVE)
     announce(verdict)

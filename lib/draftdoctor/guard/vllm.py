@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from . import KEEP_INITIAL_BYTES, announce, enabled, judge, refuse
+from . import KEEP_INITIAL_BYTES, announce, enabled, judge, rank_label, refuse
 from .hooks import after_import
 
 LIVE = ("run live: vLLM's own loader in this server process, on the real draft, with the real server "
         "arguments; the draft's parameters were read right after its load_weights")
 _STATE = {"registered": False, "proposer": None, "load": None}
+DISTRIBUTED = "vllm.distributed"  # its tensor-parallel group
 
 
 def register():
@@ -93,16 +94,6 @@ def _patch_proposer(module):
     proposer_class.load_model = load_model
 
 
-def _rank() -> str | None:
-    try:
-        from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
-
-        size = get_tensor_model_parallel_world_size()
-        return f"rank {get_tensor_model_parallel_rank()} of {size}" if size > 1 else None
-    except Exception:  # noqa: BLE001 - no group: one process
-        return None
-
-
 def _judge(proposer, target_model):
     load, _STATE["load"] = _STATE["load"], None
     engine = f"vllm=={release()}"
@@ -112,14 +103,14 @@ def _judge(proposer, target_model):
         draft = getattr(getattr(proposer, "speculative_config", None), "draft_model_config", None)
         refuse(GuardVerdict(engine, str(getattr(draft, "model", "the draft")), 0, 0, True,
                             ["the draft was not loaded through vLLM's default loader (another load format?): "
-                             "the guard saw none of its weights"], rank=_rank()), LIVE)
+                             "the guard saw none of its weights"], rank=rank_label(DISTRIBUTED)), LIVE)
     raw = load["raw"]
     now = dict(proposer.model.named_parameters())
     # the proposer's _maybe_share_embeddings / _maybe_share_lm_head put the target's module in place (CPU
     # post-processing also replaces parameters, repacked: only the target's own tensors count)
     targets = {id(p) for p in target_model.parameters()}
     raw["from_target"] = [name for name in load["params"] if id(now.get(name)) in targets]
-    verdict = judge(raw, load["draft"], engine, _rank())
+    verdict = judge(raw, load["draft"], engine, rank_label(DISTRIBUTED))
     if verdict.refused:
         refuse(verdict, LIVE)
     announce(verdict)
