@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -70,13 +69,30 @@ def test_concurrent_callers_share_one_worker(draft):
     assert len(worker_pids()) == 1
 
 
-def test_a_worker_that_dies_mid_load_is_a_clear_error_and_the_next_call_gets_a_fresh_one(draft):
+class _KilledOnceAsked:
+    """The connection to a worker: once the request is sent, the worker is killed (the draft "killed
+    the worker" mid-load), whatever the machine's load; a timer had raced the client's connect."""
+
+    def __init__(self, conn, pid):
+        self.conn, self.pid = conn, pid
+
+    def sendall(self, data):
+        self.conn.sendall(data)
+        os.kill(self.pid, signal.SIGKILL)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_a_worker_that_dies_mid_load_is_a_clear_error_and_the_next_call_gets_a_fresh_one(draft, monkeypatch):
     run_real_loader(draft, RELEASE)  # warm
     [pid] = worker_pids()
-    os.kill(pid, signal.SIGSTOP)  # hold it mid-request, then kill it: the draft "killed the worker"
-    threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL)).start()
+    start = realload._start_worker
+    monkeypatch.setattr(realload, "_start_worker", lambda *a: _KilledOnceAsked(start(*a), pid))
+    os.kill(pid, signal.SIGSTOP)  # it cannot answer before it is killed (a stopped process's socket still accepts)
     with pytest.raises(RealLoaderCrashed, match="died while loading these checkpoints"):
         run_real_loader(draft, RELEASE)
+    monkeypatch.setattr(realload, "_start_worker", start)
     assert len(written(run_real_loader(draft, RELEASE))) == 4
     assert worker_pids() and pid not in worker_pids()
     sock = realload._worker_paths("sglang", RELEASE)[0]
