@@ -184,8 +184,11 @@ def run_notebook(page, lab, name):
 
 
 def cell(page, index):
-    """The index-th cell (markdown included) of the open notebook."""
-    return page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+    """The index-th cell (markdown included) of the open notebook, scrolled into view: Lab draws only
+    the cells in view (a cell scrolled away is an empty placeholder)."""
+    located = page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+    located.scroll_into_view_if_needed()
+    return located
 
 
 def show(locator):
@@ -268,10 +271,15 @@ def test_05_relaunch_charts_acceptance_and_toggles_runs(page, lab):
     saved = run_notebook(page, lab, "05-relaunch-and-chart.ipynb")
 
     summary = cell(page, 2).locator(".jp-OutputArea-output table.dataframe tbody tr")
-    assert [row.split()[1] for row in summary.all_inner_texts()] == ["before", "after"]
-    chart = cell(page, 4).locator(".jp-OutputArea-output img")
+    expect(summary).to_have_count(2)
+    # textContent, not innerText: Lab skips drawing cells out of view, and innerText of an undrawn row is ""
+    rows = summary.evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))")
+    assert [row[1] for row in rows] == ["before", "after"], rows
+    acceptance = next(i for i, c in enumerate(saved.cells) if c.source.startswith("acceptance_figure("))
+    chart = cell(page, acceptance).locator(".jp-OutputArea-output img")
+    expect(chart).to_have_count(1)
     assert chart.evaluate("img => img.complete && img.naturalWidth") > 0, "the acceptance chart is drawn"
-    assert "image/png" in saved.cells[4].outputs[0].data
+    assert "image/png" in saved.cells[acceptance].outputs[0].data
     assert_widgets_rendered(page)
     view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-toggle-buttons"))
     toggle, shown = view.locator(".widget-toggle-buttons"), view.locator("table")
