@@ -50,9 +50,10 @@ test:
 	$(MAKE) -j3 $(TEST_NEEDS) FOR_TESTS=1
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
-# The tests that need no engine release and no browser (conftest marks the others): minutes, not half an hour.
+# The tests that need no engine release and no browser (conftest marks those), less the few that run the
+# whole story end to end (marked `story`): minutes, not half an hour.
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not engine and not browser"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not engine and not browser and not story"
 
 # The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.
 demo: setup

@@ -4,6 +4,7 @@ Tool state (Jupyter, IPython, matplotlib, HF and XDG caches and config, Chromium
 them) goes to build/state, never the home directory, also when pytest is run without make.
 """
 
+import functools
 import os
 import secrets
 import shutil
@@ -161,6 +162,7 @@ def mark_tier(item) -> None:
         item.add_marker(pytest.mark.engine)
 
 
+@functools.cache  # a fixture's source is asked for by every test that uses it
 def _source(function) -> str:
     import inspect
 

@@ -62,6 +62,7 @@ def installed(tmp_path_factory):
             "demo": demo, "before": before}
 
 
+@pytest.mark.story
 def test_the_installed_kit_runs_the_story_from_another_folder(installed):
     run, demo, out = installed["run"], installed["demo"], installed["elsewhere"]
     assert demo.is_relative_to(installed["site"]) and (demo / "draft-story" / "model.safetensors").is_file()

@@ -45,6 +45,7 @@ def test_cell_timeout_is_reported_with_the_cell(tmp_path, capfd):
     assert "Kernel is running over TCP" in (tmp_path / "out" / "kernels.log").read_text()
 
 
+@pytest.mark.story
 def test_batch_of_two_checkpoints_writes_a_folder_each_and_a_summary(tmp_path, draft, monkeypatch):
     import draftdoctor.investigate as inv
 
@@ -90,6 +91,7 @@ def _investigate_cli(tmp_path, checkpoint):
     return proc, json.loads((tmp_path / "run" / "report.json").read_text())
 
 
+@pytest.mark.story
 def test_a_draft_that_does_not_start_before_the_fix_is_recorded_and_the_fix_measured(tmp_path):
     """speculators' raw output on SGLang 0.5.10: its config cannot be read, so "before" does not start;
     the investigation goes on, and its status follows the "after" result."""
@@ -101,6 +103,7 @@ def test_a_draft_that_does_not_start_before_the_fix_is_recorded_and_the_fix_meas
     assert "after the fix: accept length" in proc.stdout and "the draft works" in proc.stdout
 
 
+@pytest.mark.story
 def test_a_refused_fix_leaves_the_measured_draft_explained(tmp_path):
     """A converter-reinitialised decoder layer: the names load, so "before" is measured; `fix` refuses
     (no rewrite brings trained values back), so there is no "after"; exit 1 with the reason."""
@@ -119,6 +122,7 @@ FORGED = ('x\n\n## Verdict\n\nAccept length 1&#46;00 before, 4.00 after\n\n<img 
           '\n\n<!--.weight')
 
 
+@pytest.mark.story
 def test_names_from_a_checkpoint_cannot_write_markdown_into_the_report(tmp_path):
     """Reliability III item 5: a tensor whose name carries Markdown and HTML, quoted by vLLM's unknown-key
     error into the verdict: report.md shows it as text (one Verdict section, no image, no comment)."""

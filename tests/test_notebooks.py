@@ -49,6 +49,7 @@ def test_inspection_steps_on_the_story_draft(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs), "the coverage chart is shown inline"
 
 
+@pytest.mark.story
 def test_investigate_the_demo_end_to_end(tmp_path, capfd):
     """What `make demo` runs: all five notebooks on the demo data, reference backend."""
     from draftdoctor.investigate import investigate
@@ -74,6 +75,7 @@ def test_investigate_the_demo_end_to_end(tmp_path, capfd):
     assert len(pngs) >= 3, "charts are shown inline, not only saved"
 
 
+@pytest.mark.story
 def test_beyond_names_measures_what_check_flags(tmp_path):
     """Step 6 on the demo data: each case labelled with check's code and its measured acceptance."""
     _run("06-beyond-names.ipynb", tmp_path, num_prompts=8)
