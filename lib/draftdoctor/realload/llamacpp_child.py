@@ -15,7 +15,9 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import os
 import re
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,7 @@ OPTIONAL = ("token_embd.weight", "output.weight", "d2t")  # eagle3.cpp: from the
 LOADER = "llama.cpp src/llama-model-loader.cpp"
 LOAD_ERROR = re.compile(r"error loading model: (.*)")
 LOADER_RAN = "load_model: loading model"  # llama-server's words as it hands the file to its loader (past binding)
+MODEL_LOADED = "llama_server: model loaded"  # its words once the loader and the context are done, before serving
 
 
 def set_up():
@@ -170,25 +173,53 @@ def convert(draft: Path, target: Path, out: Path) -> tuple[Recorder, dict | None
 
 
 def load(gguf: Path, timeout: float = 120.0) -> dict | None:
-    """llama.cpp's model loader on the draft's GGUF (llama-server -m): its refusal, or None. A draft
-    loaded alone fails later, on using it without a target: only the model load is asked. The server
-    listens on a Unix socket beside the GGUF (no TCP port another process could take first, which
-    would stop it before its loader ran), and only a loader that ran counts as an answer."""
+    """llama.cpp's model loader on the draft's GGUF (llama-server -m): its refusal, or None. Only the
+    model load is asked: the server starts without its warm-up decode (a draft alone, with no target,
+    crashes there with SIGSEGV, often before its logging thread has written what the loader said) and
+    is stopped once it says the model is loaded. It listens on a Unix socket beside the GGUF (no TCP
+    port another process could take first, which would stop it before its loader ran), and only a
+    loader that ran counts as an answer."""
     # a Unix socket path has at most 107 bytes: beside the GGUF (the batch's scratch), else a private folder in /tmp
     near = len(str(gguf.parent)) <= 80  # + "/s-XXXXXXXX/load.sock"
     with tempfile.TemporaryDirectory(prefix="s-" if near else "draftdoctor-sock-", dir=gguf.parent if near else "/tmp") as folder:
-        proc = subprocess.run([str(SERVER), "-m", str(gguf), "--host", str(Path(folder) / "load.sock"), "-t", "1",
-                               "-c", "64", "--no-webui"], capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=die_with_parent)
-    said = proc.stdout + proc.stderr
+        said, status = _until_loaded([str(SERVER), "-m", str(gguf), "--host", str(Path(folder) / "load.sock"),
+                                      "-t", "1", "-c", "64", "--no-webui", "--no-warmup"], timeout)
     found = LOAD_ERROR.search(said)
     if found:
         return {"stage": "load", "type": "llama_model_load", "message": found.group(1).strip(), "key": None,
                 "origin": LOADER, "traceback": ""}
     if LOADER_RAN not in said:
         raise RuntimeError(f"llama-server stopped before its model loader read {gguf.name} (exit status "
-                           f"{proc.returncode}): {said.strip().splitlines()[-1:] or ''}")
+                           f"{status}): {said.strip().splitlines()[-1:] or ''}")
     return None
+
+
+def _until_loaded(argv: list[str], timeout: float) -> tuple[str, int | None]:
+    """Run llama-server until it says MODEL_LOADED (then kill it: nothing more is asked of it) or exits;
+    (what it said, its exit status, None when it was stopped). subprocess.TimeoutExpired past `timeout`."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent)
+    said, deadline = b"", time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while MODEL_LOADED.encode() not in said:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout, output=said)
+                if not selector.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break  # it exited: everything it said has been read
+                said += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    loaded = MODEL_LOADED.encode() in said
+    return said.decode(errors="replace"), None if loaded else proc.returncode
 
 
 def check(draft: Path, target_config: dict | None, scratch: Path) -> dict:
