@@ -6,6 +6,10 @@ ones are never touched) beside a link to the repository's data/, so the notebook
 paths (../data/demo/..., ../runs/scratch) work unchanged. The tests run in file order: step 5
 measures the draft that step 4 fixed. Screenshots: build/test-artifacts/lab/<notebook>.png.
 
+Then every notebook again, its widgets on, on drafts whose tensor and folder names carry HTML that
+would run a script and send a request, and a `$...$` MathJax would typeset: nothing of it may run,
+load or be typeset; each name is shown as the text it is.
+
 Without Chromium (or Playwright) the tests skip, saying how to get it; in CI (CI=true) they fail.
 """
 
@@ -109,9 +113,9 @@ def page(browser, lab, request):
     crashes = []  # uncaught exceptions in Lab's front end (a widget that fails to render, say)
     tab.on("pageerror", lambda error: crashes.append(str(error)))
     yield tab
-    number = request.node.name.split("_")[1]  # test_03_... -> notebooks/03-*.ipynb
+    number = next(part for part in request.node.name.split("_") if part.isdigit())  # test_03_... -> 03-*.ipynb
     stem = next(p.stem for p in (ROOT / "notebooks").glob(f"{number}-*.ipynb"))
-    tab.screenshot(path=ARTIFACTS / f"{stem}.png")
+    tab.screenshot(path=ARTIFACTS / f"{'hostile-' if 'hostile' in request.node.name else ''}{stem}.png")
     context.close()
     for session in _api(lab, "GET", "/api/sessions"):  # one kernel at a time on 2 cores
         _api(lab, "DELETE", f"/api/sessions/{session['id']}")
@@ -287,3 +291,158 @@ def test_05_relaunch_charts_acceptance_and_toggles_runs(page, lab):
     toggle.get_by_role("button", name="after").click()
     expect(shown.locator("thead")).to_contain_text("after")
     show(chart)
+
+
+# --- hostile names: shown as text, never run ------------------------------------------------------
+
+BEACON = "ddbcn"  # in every URL a hostile name would make the page request
+# A tensor name and a folder name (at most 50 characters: pandas shortens longer cells): an image whose
+# failed load runs a script and whose address is a request, and math MathJax would typeset.
+HOSTILE_TENSOR = f"<img src={BEACON}1 onerror=__dd=1>$x^2$"
+HOSTILE_TRAINING = f"verifier_norm.<img src={BEACON}2 onerror=__dd=2>$x$"  # a training-only tensor: fix leaves it out
+HOSTILE_FOLDER = f"<img src={BEACON}3 onerror=__dd=3>$y$"
+# The same three dangers from a cell of the test's own, run last: proof that the page would show each
+# (a script run, a request, a typeset formula) if a name carried it to the page as markup.
+CONTROL = ("from IPython.display import HTML\n"
+           f"HTML('<img src={BEACON}-control onerror=__ddcontrol=1><span id=dd-control>$z$</span>')")
+
+
+def _add_tensor(folder: Path, name: str) -> Path:
+    from safetensors.numpy import load_file
+
+    from draftdoctor.synth import write_safetensors
+
+    [file] = folder.glob("*.safetensors")
+    tensors = load_file(file)
+    write_safetensors(file, {**tensors, name: tensors["norm.weight"].copy()})
+    return folder
+
+
+def _hostile_drafts(root: Path) -> dict:
+    """The issue's attack (the story's draft fixed for SGLang 0.5.10, plus a tensor named as HTML), and the
+    story's draft plus a hostile training-only tensor (fix writes it, so steps 4-6 run to the end), each in
+    a folder named as HTML."""
+    import shutil
+
+    from draftdoctor.fix import apply_fix, plan_fix
+
+    (root / "fixed").mkdir(parents=True)
+    fixed = apply_fix(plan_fix(DEMO_DRAFT, RELEASE), root / "fixed" / HOSTILE_FOLDER).dst
+    story = root / "data" / HOSTILE_FOLDER
+    story.parent.mkdir()
+    shutil.copytree(DEMO_DRAFT, story)
+    for name in ("target", "prompts.jsonl", "draft-speculators", "draft-speculators-nbr"):
+        (root / "data" / name).symlink_to(DEMO_DRAFT.parent / name)
+    (root / "data" / "draft-story").symlink_to(story)
+    return {"names": _add_tensor(Path(fixed), HOSTILE_TENSOR), "story": _add_tensor(story, HOSTILE_TRAINING),
+            "data": root / "data"}
+
+
+def _set_parameters(book, **values):
+    [cell] = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]
+    for name, value in values.items():
+        cell.source, found = re.subn(rf"^({name}: \w+ = ).*?(  #)", lambda m: f"{m[1]}{value!r}{m[2]}", cell.source,
+                                     flags=re.M)
+        assert found == 1, name
+    return book
+
+
+@pytest.fixture(scope="module")
+def hostile_lab(tmp_path_factory, browser):
+    root = tmp_path_factory.mktemp("hostile-lab")
+    drafts = _hostile_drafts(root / "drafts")
+    (root / "notebooks").mkdir()
+    (root / "data").symlink_to(ROOT / "data")
+    parameters = {"01": {"checkpoint": drafts["names"]}, "02": {"checkpoint": drafts["names"]},
+                  "03": {"checkpoint": drafts["names"]}, "04": {"checkpoint": drafts["story"]},
+                  "05": {"checkpoint": drafts["story"], "num_prompts": 4},
+                  "06": {"data_dir": drafts["data"], "num_prompts": 4}}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        book = _interactive(nbformat.read(path, as_version=4))
+        _set_parameters(book, **{k: str(v) if isinstance(v, Path) else v for k, v in parameters[path.name[:2]].items()})
+        book.cells.append(nbformat.v4.new_code_cell(CONTROL))
+        nbformat.write(book, root / "notebooks" / path.name)
+    state = root.parent / f"{root.name}-state"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(state / "config"), JUPYTER_DATA_DIR=str(state / "data"),
+               JUPYTER_RUNTIME_DIR=str(state / "runtime"))
+    for name, values in SETTINGS.items():
+        target = state / "config" / "lab" / "user-settings" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
+    with Lab(root, ARTIFACTS / "jupyter-hostile.log", env=env) as server:
+        yield server
+
+
+def run_hostile(page, lab, name) -> list[str]:
+    """Run notebooks/<name> in Lab as `run_notebook` does, recording every request the page makes; then
+    draw each cell (Lab draws only those in view) and wait until MathJax typeset the control cell's
+    formula, so that whatever it would typeset has been. Returns the page's text and the requests."""
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
+    saved = run_notebook(page, lab, name)
+    for index in range(len(saved.cells)):
+        cell(page, index)
+    control = page.locator(f"{PANEL} #dd-control")
+    expect(control.locator("mjx-container")).to_have_count(1)
+    return requests
+
+
+def assert_shown_as_text(page, requests, name, *shown):
+    """Nothing a hostile name carries ran, loaded or was typeset; the control cell's did all three, and
+    each of `shown` is in the page as text."""
+    assert page.evaluate("window.__ddcontrol") == 1 and any(f"{BEACON}-control" in u for u in requests), \
+        "the control cell's markup did not run: the checks below would prove nothing"
+    assert page.evaluate("typeof window.__dd") == "undefined", f"{name}: a script from a name ran"
+    assert not [u for u in requests if BEACON in u and "control" not in u], f"{name}: a name sent a request"
+    outputs = page.locator(f"{PANEL} .jp-OutputArea-output")
+    typeset = outputs.locator("mjx-container").count() - 1  # the control's
+    assert typeset == 0, f"{name}: {typeset} formula(s) from names were typeset as math"
+    assert outputs.locator(f"img[src*={BEACON}]").count() == 1, f"{name}: a name became an image"
+    text = page.locator(PANEL).text_content()
+    for literal in shown:
+        assert literal in text, f"{name}: {literal!r} is not shown as text"
+
+
+def test_hostile_01_dump_keys(page, hostile_lab):
+    requests = run_hostile(page, hostile_lab, "01-dump-keys.ipynb")
+    box = page.get_by_placeholder("filter keys, e.g. layers.0 or proj")
+    view = page.locator(f"{PANEL} .widget-vbox").filter(has=box)
+    box.press_sequentially(BEACON)
+    expect(view.locator("table.dataframe tbody tr")).to_have_count(1)
+    expect(view.locator("table.dataframe tbody tr td").nth(1)).to_have_text(HOSTILE_TENSOR)
+    assert_shown_as_text(page, requests, "01", HOSTILE_TENSOR, HOSTILE_FOLDER)
+
+
+def test_hostile_02_compare_names(page, hostile_lab):
+    requests = run_hostile(page, hostile_lab, "02-compare-names.ipynb")
+    view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-dropdown select"))
+    verdict = view.locator(".widget-html")
+    expect(verdict).to_contain_text(HOSTILE_TENSOR)  # the verdict quotes the tensor the engine drops
+    view.locator(".widget-dropdown select").select_option("sglang==0.5.23")
+    expect(verdict).to_contain_text(HOSTILE_TENSOR)
+    assert_shown_as_text(page, requests, "02", HOSTILE_TENSOR)
+
+
+def test_hostile_03_load_coverage(page, hostile_lab):
+    requests = run_hostile(page, hostile_lab, "03-load-coverage.ipynb")
+    assert_shown_as_text(page, requests, "03", HOSTILE_TENSOR, HOSTILE_FOLDER)
+
+
+def test_hostile_04_apply_fix(page, hostile_lab):
+    requests = run_hostile(page, hostile_lab, "04-apply-fix.ipynb")
+    assert_shown_as_text(page, requests, "04", HOSTILE_TRAINING, HOSTILE_FOLDER)
+
+
+def test_hostile_05_relaunch_and_chart(page, hostile_lab):
+    requests = run_hostile(page, hostile_lab, "05-relaunch-and-chart.ipynb")
+    view = page.locator(f"{PANEL} .widget-vbox").filter(has=page.locator(".widget-toggle-buttons"))
+    view.locator(".widget-toggle-buttons").get_by_role("button", name="after").click()
+    expect(view.locator("table thead")).to_contain_text("after")
+    assert_shown_as_text(page, requests, "05", HOSTILE_FOLDER)
+
+
+def test_hostile_06_beyond_names(page, hostile_lab):
+    """Its tables list what differs and what is flagged; the hostile tensor is neither, so no name is
+    asserted shown: what it shows must still carry nothing that runs, loads or is typeset."""
+    requests = run_hostile(page, hostile_lab, "06-beyond-names.ipynb")
+    assert_shown_as_text(page, requests, "06")

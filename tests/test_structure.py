@@ -92,3 +92,25 @@ def test_notebooks_and_widgets_ask_the_one_verdict():
     for path in [*sorted((root / "notebooks").glob("*.ipynb")), root / "widgets.py"]:
         text = path.read_text()
         assert "import replay" not in text and "coverage.replay" not in text, path.name
+
+
+def test_what_a_checkpoint_says_reaches_the_browser_as_text():
+    """The places where text could become markup in a notebook are few and guarded, so a new one cannot
+    slip in: DataFrames are made by `frames.frame` (MathJax off; pandas escapes cells), the one HTML
+    widget holds `widgets._as_text` (escaped, MathJax off), and nothing renders HTML or Markdown built
+    from a string. tests/test_lab_browser.py shows each guard holding in a real browser."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "lib" / "draftdoctor"
+    sinks = re.compile(r"import pandas|pd\.(DataFrame|Series)\(|\.to_html\(|escape=False|\bHTML\(|Markdown\(|"
+                       r"Latex\(|Javascript\(|\.style\b|_repr_html_|description_allow_html")
+    found = {}
+    for path in [*root.rglob("*.py"), *sorted((root / "notebooks").glob("*.ipynb"))]:
+        hits = [m.group(0) for m in sinks.finditer(path.read_text())]
+        if hits:
+            found[str(path.relative_to(root))] = set(hits)
+    assert found == {"frames.py": {"import pandas", "pd.DataFrame("}, "widgets.py": {"HTML("}}, found
+    widgets = (root / "widgets.py").read_text()
+    assert re.findall(r"\w+\.value = .*", widgets) == ['count.value = f"{len(shown)} of {len(table)} rows"',
+                                                         'verdict.value = _as_text("verdict:", report.verdict)  '
+                                                         '# the verdict quotes tensor names']

@@ -26,6 +26,7 @@ import numpy as np
 
 from .checkpoint import CheckpointError, open_checkpoint
 from .engines.profile import STACKED
+from .frames import frame
 from .renames import MIDLAYER_TO_LAYERS, STRIP_MODEL
 
 SAME_BYTES, SAME_VALUES, DIFFERENT, ONLY_A, ONLY_B = ("same bytes", "same values, another dtype", "different values",
@@ -75,9 +76,7 @@ class Comparison:
                 "pairs": [asdict(p) for p in self.pairs]}
 
     def frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([asdict(p) for p in self.pairs])
+        return frame([asdict(p) for p in self.pairs])
 
 
 class _Reader:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
 from .configs import ConfigValueError, DraftDims, config_format
+from .frames import frame
 from .engines import ParamSpec, Profile, from_target, identity_by_default
 from .layouts import Layout, detect_layout
 from .statuses import KeyFate, ParamFate
@@ -130,14 +131,10 @@ class CoverageReport:
         return [dict(zip(LOADING_REPORT_COLUMNS, row)) for row in _fold_layer_indices(rows)]
 
     def params_frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([asdict(p) for p in self.params])
+        return frame([asdict(p) for p in self.params])
 
     def keys_frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([asdict(k) for k in self.keys])
+        return frame([asdict(k) for k in self.keys])
 
 
 def _mb(n: int) -> str:

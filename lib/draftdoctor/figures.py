@@ -14,6 +14,12 @@ STATUS_COLORS = {
 }
 
 
+def _plain(text) -> str:
+    """`text` drawn as it is: matplotlib reads a `$...$` in a label as mathtext (and fails to draw a
+    malformed one), so every `$` of a name is escaped."""
+    return str(text).replace("$", r"\$")
+
+
 def _figure(width: float, height: float, ncols: int = 1):
     from matplotlib.figure import Figure
 
@@ -26,7 +32,7 @@ def coverage_figure(report):
     """One bar per engine parameter (size in bytes, log scale), coloured by what the loader did."""
     params = list(report.params)
     fig, ax = _figure(8, 0.3 * len(params) + 1.4)
-    names = [p.name for p in params][::-1]
+    names = [_plain(p.name) for p in params][::-1]
     sizes = [max(p.nbytes, 1) for p in params][::-1]
     colors = [STATUS_COLORS.get(p.status, "grey") for p in params][::-1]
     ax.barh(names, sizes, color=colors)
@@ -46,7 +52,7 @@ def coverage_figure(report):
 def acceptance_figure(runs: list[dict]):
     """Accept length and strict accept rate per run (e.g. before / after the fix)."""
     fig, (ax_len, ax_rate) = _figure(8, 3.2, ncols=2)
-    names = [r["name"] for r in runs]
+    names = [_plain(r["name"]) for r in runs]
     lengths = [r.get("accept_length") or 0 for r in runs]
     rates = [r.get("accept_rate") or 0 for r in runs]
     palette = ["#e76f51", "#2a9d8f", "#264653", "#e9c46a"]
@@ -72,7 +78,7 @@ def per_position_figure(runs: list[dict]):
     for r in runs:
         rates = r.get("per_position")
         if rates:
-            ax.plot(range(1, len(rates) + 1), rates, marker="o", label=r["name"])
+            ax.plot(range(1, len(rates) + 1), rates, marker="o", label=_plain(r["name"]))
     ax.set_xlabel("draft position")
     ax.set_ylabel("share of verify steps accepting it")
     ax.set_ylim(0, 1.05)
@@ -97,9 +103,9 @@ def beyond_names_figure(rows: list[dict]):
         ax_len.barh(y, r["accept_length"], color=color)
         ax_len.text(r["accept_length"], y, f" {r['accept_length']:.2f}", va="center")
         positions = range(1, len(r["per_position"]) + 1)
-        ax_pos.plot(positions, r["per_position"], marker="o", color=color, label=r["name"])
+        ax_pos.plot(positions, r["per_position"], marker="o", color=color, label=_plain(r["name"]))
         ax_pos.set_xticks(list(positions))
-    ax_len.set_yticks(range(len(rows))[::-1], [f"{r['name']}\ncheck: {r['flagged']}" for r in rows], fontsize=8)
+    ax_len.set_yticks(range(len(rows))[::-1], [_plain(f"{r['name']}\ncheck: {r['flagged']}") for r in rows], fontsize=8)
     ax_len.axvline(1.0, color="grey", linestyle="--", linewidth=1)
     ax_len.set_xlim(0, top)
     ax_len.set_xlabel("accept length (tokens / verify step; dashed: nothing accepted)")
@@ -114,7 +120,7 @@ def beyond_names_figure(rows: list[dict]):
 def throughput_figure(runs: list[dict]):
     """Output tokens per second per run."""
     fig, ax = _figure(5, 3.2)
-    names = [r["name"] for r in runs]
+    names = [_plain(r["name"]) for r in runs]
     values = [r.get("tokens_per_s") or 0 for r in runs]
     ax.bar(names, values, color="#264653")
     ax.set_ylabel("output tokens / s")
@@ -136,16 +142,16 @@ def backends_figure(runs: list[dict]):
         mine = {r["name"]: r for r in runs if (r.get("backend_label") or r["backend"]) == backend}
         xs = [i + (b - (len(backends) - 1) / 2) * width for i in range(len(names))]
         values = [(mine.get(n) or {}).get("accept_length") or 0 for n in names]
-        ax_len.bar(xs, values, width, color=palette[b % len(palette)], label=backend)
+        ax_len.bar(xs, values, width, color=palette[b % len(palette)], label=_plain(backend))
         for x, v in zip(xs, values):
             ax_len.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
         for n, style in zip(names, ("--", "-", ":", "-.")):
             rates = (mine.get(n) or {}).get("per_position")
             if rates:
                 ax_pos.plot(range(1, len(rates) + 1), rates, style, marker="o", color=palette[b % len(palette)],
-                            label=f"{n}: {backend}")
+                            label=_plain(f"{n}: {backend}"))
                 ax_pos.set_xticks(range(1, len(rates) + 1))
-    ax_len.set_xticks(range(len(names)), names)
+    ax_len.set_xticks(range(len(names)), list(map(_plain, names)))
     ax_len.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax_len.set_ylabel("accept length (tokens / verify step)")
     ax_len.set_ylim(0, max([r.get("accept_length") or 0 for r in runs] + [1.0]) * 1.3)

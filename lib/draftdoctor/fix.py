@@ -44,6 +44,7 @@ from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
 from .renames import choose
 from .errors import UserError
+from .frames import frame
 from . import rewriter
 from .rewriter import RewriteError, WrittenTensor
 
@@ -163,9 +164,7 @@ class FixPlan:
 
     def frame(self):
         """The plan as a DataFrame: old name -> new name per tensor, config change, and file."""
-        import pandas as pd
-
-        return pd.DataFrame(self.rows(), columns=["kind", "old", "new", "reason"])
+        return frame(self.rows(), columns=["kind", "old", "new", "reason"])
 
     def to_dict(self) -> dict:
         return {

@@ -1,7 +1,7 @@
 """Tables of checkpoints and coverage reports: DataFrames for notebooks, rows for the CLI.
 
 Tables are plain lists (columns) so the CLI can print them without importing pandas; `*_frame`
-functions wrap the same data in DataFrames for notebooks.
+functions wrap the same data in DataFrames for notebooks (`frames.frame`: shown as text).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from itertools import chain, groupby, repeat
 from operator import itemgetter, sub
 
 from .checkpoint import Checkpoint, gc_paused
+from .frames import frame
 
 # The module a tensor belongs to: its first part, or `model.` and its second part, plus a layer
 # number when one follows: 'layers.0.mlp.up_proj.weight' -> 'layers.0', 'model.layers.3.x' ->
@@ -52,9 +53,7 @@ def shape_texts(shapes: list[tuple[int, ...]]) -> list[str]:
 
 def tensor_frame(checkpoint: Checkpoint):
     """The tensor table as a DataFrame."""
-    import pandas as pd
-
-    return pd.DataFrame(tensor_columns(checkpoint))
+    return frame(tensor_columns(checkpoint))
 
 
 def module_totals(columns: dict[str, list]) -> list[tuple[str, int, int]]:
@@ -76,8 +75,6 @@ def human_bytes(n: int) -> str:
 
 def loading_report(report):
     """`report.loading_report()` as a DataFrame (MISSING / UNEXPECTED / MISMATCH rows)."""
-    import pandas as pd
-
     from .coverage import LOADING_REPORT_COLUMNS
 
-    return pd.DataFrame(report.loading_report(), columns=list(LOADING_REPORT_COLUMNS))
+    return frame(report.loading_report(), columns=list(LOADING_REPORT_COLUMNS))

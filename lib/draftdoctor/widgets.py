@@ -1,22 +1,38 @@
 """ipywidgets views for exploring in JupyterLab, built on the same library functions as the
 static outputs. Imported only when a notebook runs with `interactive=True` (widgets render
-nothing headless)."""
+nothing headless).
+
+What a checkpoint, a config or an engine's message puts in a view is shown as text: tables are the
+kit's DataFrames (`frames.frame`), and the one HTML widget holds only escaped text (`_as_text`).
+"""
 
 from __future__ import annotations
+
+import html
 
 import ipywidgets as w
 from IPython.display import display
 
+from .frames import frame
 
-def key_filter(frame, column: str = "name"):
+# MathJax (run over widgets and HTML outputs by JupyterLab) skips elements of these classes
+NO_MATH = "tex2jax_ignore mathjax_ignore"
+
+
+def _as_text(label: str, text: str) -> str:
+    """HTML showing `label` in bold and `text` as it is: no tag, entity or `$...$` of it is interpreted."""
+    return f'<b>{html.escape(label)}</b> <span class="{NO_MATH}">{html.escape(str(text))}</span>'
+
+
+def key_filter(table, column: str = "name"):
     """A text box that narrows a table to rows whose `column` contains the typed text."""
     box = w.Text(placeholder="filter keys, e.g. layers.0 or proj", description="filter")
     count = w.Label()
     out = w.Output()
 
     def refresh(_=None):
-        shown = frame[frame[column].str.contains(box.value, regex=False)] if box.value else frame
-        count.value = f"{len(shown)} of {len(frame)} rows"
+        shown = table[table[column].str.contains(box.value, regex=False)] if box.value else table
+        count.value = f"{len(shown)} of {len(table)} rows"
         out.clear_output(wait=True)
         with out:
             display(shown)
@@ -38,7 +54,7 @@ def engine_picker(checkpoint, specs: list[str], initial: str | None = None):
 
     def refresh(_=None):
         report = diagnose(checkpoint, picker.value)
-        verdict.value = f"<b>verdict:</b> {report.verdict}"
+        verdict.value = _as_text("verdict:", report.verdict)  # the verdict quotes tensor names
         out.clear_output(wait=True)
         with out:
             display(loading_report(report))
@@ -50,8 +66,6 @@ def engine_picker(checkpoint, specs: list[str], initial: str | None = None):
 
 def run_toggle(runs: list[dict]):
     """Toggle between benchmark runs (e.g. before / after the fix) to compare their numbers."""
-    import pandas as pd
-
     toggle = w.ToggleButtons(options=[r["name"] for r in runs], description="run")
     out = w.Output()
 
@@ -59,7 +73,7 @@ def run_toggle(runs: list[dict]):
         run = next(r for r in runs if r["name"] == toggle.value)
         out.clear_output(wait=True)
         with out:
-            display(pd.Series({k: v for k, v in run.items() if k != "request_log"}, name=run["name"]).to_frame())
+            display(frame({run["name"]: {k: v for k, v in run.items() if k != "request_log"}}))
 
     toggle.observe(refresh, names="value")
     refresh()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ..engines import serving_facts
+from ..frames import frame
 
 _SGLANG_DECODE = re.compile(
     r"(?:\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s*)?"
@@ -48,8 +49,6 @@ def strict_rate(accept_length: float, num_draft_tokens: int | None) -> float | N
 def parse_sglang_lines(lines, release: str | None = None, num_draft_tokens: int | None = None):
     """DataFrame of SGLang "Decode batch" lines: time, running, accept_len, the logged rate, its
     formula for `release`, the strict rate, and throughput. Other lines are ignored."""
-    import pandas as pd
-
     formula = sglang_rate_formula(release)
     rows = []
     for line in lines:
@@ -67,14 +66,12 @@ def parse_sglang_lines(lines, release: str | None = None, num_draft_tokens: int 
             "accept_rate_strict": strict,
             "gen_throughput": float(m["throughput"]) if m["throughput"] else None,
         })
-    return pd.DataFrame(rows, columns=["time", "running_req", "accept_length", "accept_rate_logged",
-                                       "accept_rate_formula", "accept_rate_strict", "gen_throughput"])
+    return frame(rows, columns=["time", "running_req", "accept_length", "accept_rate_logged",
+                                "accept_rate_formula", "accept_rate_strict", "gen_throughput"])
 
 
 def parse_vllm_lines(lines):
     """DataFrame of vLLM "SpecDecoding metrics" lines, one column per field found."""
-    import pandas as pd
-
     rows = []
     for line in lines:
         if "SpecDecoding metrics" not in line:
@@ -94,7 +91,7 @@ def parse_vllm_lines(lines):
         if row.get("drafted"):
             row["accept_rate_strict"] = row.get("accepted", 0) / row["drafted"]
         rows.append(row)
-    return pd.DataFrame(rows)
+    return frame(rows)
 
 
 def format_decode_line(release: str, running: int, tokens: int, token_usage: float, accept_length: float,
