@@ -816,13 +816,13 @@ def _terminate(signum, frame):
 def main(argv=None) -> int:
     from .toolstate import keep_out_of_home
 
-    keep_out_of_home()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does: servers stopped, temporary folders removed
         signal.signal(signum, _terminate)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, Ctrl-C unwinds (servers stopped)
+        keep_out_of_home()  # the build area checked before any command uses it (toolstate.trusted)
         return args.run(args, sys.stdout)
     except UserError as e:
         sys.stderr.write(f"draftdoctor: error: {_safe(e)}\n")

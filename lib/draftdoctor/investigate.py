@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import UserError
 from .runs import fixed_checkpoint, safe_name
 from .serving.bench import DraftMisfit
-from .toolstate import NOTEBOOKS
+from .toolstate import NOTEBOOKS, keep_out_of_home
 
 NOTEBOOKS_DIR = NOTEBOOKS  # package data: the same notebooks in a checkout and an installed kit
 KERNEL_LOG = "kernels.log"  # in the run folder: what the notebooks' kernels wrote to stderr
@@ -205,6 +205,7 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
     """Run the notebooks for one checkpoint into `out_dir` and write report.json / report.md."""
     from .report import write_report
 
+    keep_out_of_home()  # the kernels' IPython and Jupyter folders: trusted before a kernel reads them
     out_dir = Path(out_dir).resolve()  # notebooks run in notebooks/: relative paths would land there
     out_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult(params["name"], out_dir)

@@ -62,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default="build/lab.log", help="Lab's log file (default: build/lab.log)")
     parser.add_argument("--open", default="notebooks", help="the folder or notebook the printed address opens")
     args = parser.parse_args(argv)
+    from .errors import UserError
+    from .toolstate import keep_out_of_home
+
+    try:
+        keep_out_of_home()  # Lab runs its config (Python) from the build area: trusted first
+    except UserError as e:
+        print(f"python -m draftdoctor.lab: {e}", file=sys.stderr)
+        return 2
     lab = Lab(args.root, args.log, port=args.port)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop Lab (and its kernels) when we are stopped
     try:

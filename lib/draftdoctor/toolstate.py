@@ -12,12 +12,21 @@ which exports the same variables.
 A variable the user already set is kept; processes the kit starts (kernels, servers, the browser)
 inherit the environment. Commands leave the Hugging Face and XDG locations alone: a real SGLang
 launched on a GPU host must find the user's model cache where it is.
+
+The build area is trusted: the kit imports releases from it, runs llama.cpp from it, and starts
+kernels that read IPython's startup folder in it. So it is held to one rule (`trusted`), checked
+before anything in it is used: every folder from the file system's root down to the one used is a
+folder of this user's (or root's) that no other user can write in. A shared folder another local
+user made (`DRAFTDOCTOR_STATE=/tmp/shared/...`) is refused in one line naming it and its owner.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+
+from .errors import UserError
 
 PACKAGE = Path(__file__).resolve().parent
 NOTEBOOKS = PACKAGE / "notebooks"  # the five steps and the beyond-names notebook
@@ -59,11 +68,82 @@ KIT_TOOLS = (("JUPYTER_CONFIG_DIR", "jupyter/config"), ("JUPYTER_DATA_DIR", "jup
 CACHES = (("HF_HOME", "hf"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"))
 
 
+class UntrustedFolder(UserError):
+    """A folder the kit would import, run or trust files from that another user made or can write in."""
+
+
+def _owner(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _own_group(gid: int) -> bool:
+    """Whether `gid` is this user's private group (Debian's user groups: a group named as the user, whose
+    only member the user is), so that a group-writable folder of it is writable by no one else."""
+    import grp
+    import pwd
+
+    try:
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return gid == user.pw_gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+
+
+def _untrusted(info: os.stat_result, last: bool) -> str | None:
+    """Why a folder (or link) with this stat may hold what another user put there, else None. A folder
+    above the one used may be writable by all with the sticky bit (/tmp): others can add names there but
+    cannot replace ours; the folder used itself may not."""
+    if info.st_uid not in (os.getuid(), 0):
+        return f"owned by {_owner(info.st_uid)}, not by you"
+    if stat.S_ISLNK(info.st_mode):
+        return None
+    others = info.st_mode & 0o002 or (info.st_mode & 0o020 and not _own_group(info.st_gid))
+    if others and (last or not info.st_mode & stat.S_ISVTX):
+        return f"writable by other users (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+def trusted(folder, what: str = "the kit's build area", variable: str = STATE_VARIABLE) -> Path:
+    """`folder` (absolute), once nothing in it can be another user's: it and every folder above it, as
+    named and as its links resolve, exist only as folders (or links) of this user or root that no other
+    user can write in (see the module's text). Parts not made yet are not judged; whoever makes them
+    makes them ours. Else UntrustedFolder, one line naming the folder, its owner and what to do (set
+    `variable`, the one that chose the place, to a folder of one's own)."""
+    folder = Path(folder).absolute()
+    real = Path(os.path.realpath(folder))
+    for chain in ((folder, os.lstat), (real, os.stat)):
+        path, look = chain
+        parts = [*reversed(path.parents), path]
+        for i, part in enumerate(parts):
+            try:
+                info = look(part)
+            except FileNotFoundError:
+                break
+            except OSError as e:
+                raise UntrustedFolder(f"{part}: cannot be read ({e.strerror}): {what} must be a folder of yours") from None
+            why = _untrusted(info, last=i == len(parts) - 1)
+            if why:
+                raise UntrustedFolder(f"{part}: {why}; {what} ({folder}) must be yours alone, so nothing in it "
+                                      f"is imported or run: set {variable} to a folder of your own")
+    return folder
+
+
 def keep_out_of_home(isolate: bool = False) -> None:
     """Point every kit tool's state variable not already set at a folder under STATE (created); with
-    `isolate` (tests) the caches and config folders too, and no model hub."""
+    `isolate` (tests) the caches and config folders too, and no model hub. Each of those folders, and the
+    build area, must be `trusted` first (IPython runs its startup folder, Jupyter its config, torch loads
+    compiled kernels from its cache): else UntrustedFolder, and nothing is made."""
+    trusted(BUILD)
     for var, sub in KIT_TOOLS + (CACHES if isolate else ()):
         os.environ.setdefault(var, str(STATE / sub))
+        what = f"{var}, a tool's state folder,"
+        trusted(os.environ[var], what, var)
         Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+        trusted(os.environ[var], what, var)  # another user may have made it between the check and ours
     if isolate:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

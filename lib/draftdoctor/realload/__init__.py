@@ -68,7 +68,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..toolstate import BUILD, STATE
+from ..toolstate import BUILD, STATE, STATE_VARIABLE, trusted
 from .common import EXIT_ENVIRONMENT, peer_uid, read_line
 
 SCHEMA_VERSION = 1
@@ -120,9 +120,11 @@ class RealLoaders:
         return tuple(sorted(found, key=parse_version))
 
     def folder(self, release: str) -> Path:
-        """Where `release` is installed (its READY_MARKER written last)."""
+        """Where `release` is installed (its READY_MARKER written last), once `trusted`: the kit imports
+        or runs what is there."""
         root = releases_dir(self.name)
-        return root if self.pin_prefix is None else root / release
+        variable = self.env_override if os.environ.get(self.env_override) else STATE_VARIABLE
+        return trusted(root if self.pin_prefix is None else root / release, f"{self.display}'s real loaders", variable)
 
     @property
     def ci_releases(self) -> tuple[str, ...]:
@@ -220,7 +222,7 @@ def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
         from .torchview import torch_view
 
         python.append("-S")
-        path.append(str(torch_view(STATE)))
+        path.append(str(torch_view(trusted(STATE))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **CHILD_ENV)
     return [*python, "-m", loaders.child_module, "--release", release, *args], env
 
@@ -233,7 +235,7 @@ def kit_path() -> Path:
 
     if CHECKOUT is not None:
         return PACKAGE.parent
-    parent = STATE / "kit-view"
+    parent = trusted(STATE / "kit-view")
     view = parent / hashlib.sha1(str(PACKAGE).encode()).hexdigest()[:12]
     if not (view / "draftdoctor").exists():
         parent.mkdir(parents=True, exist_ok=True)

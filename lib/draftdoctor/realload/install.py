@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..toolstate import BUILD
+from ..toolstate import BUILD, trusted
 from . import HERE, LOADERS, READY_MARKER
 
 STORE = BUILD / "release-store"  # mk/sglang.mk's RELEASE_STORE
@@ -48,7 +48,7 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
     """Install `engine` `release`'s real loader into `folder` (default: its release folder) and return the
     folder, ready (marker written) only if its self-check passed. A folder there before is replaced."""
     pins = pin_list(engine, release)
-    folder = Path(folder or LOADERS[engine].folder(release)).absolute()
+    folder = trusted(folder or LOADERS[engine].folder(release), f"{LOADERS[engine].display}'s real loaders")
     shutil.rmtree(folder, ignore_errors=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
     log = folder.with_name(folder.name + ".log")
@@ -62,7 +62,7 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
         from .linkstore import link as link_files, prune
 
         STORE.mkdir(parents=True, exist_ok=True)
-        prune(STORE)
+        prune(trusted(STORE, "the release store"))
         link_files(STORE, folder)
         (folder / LINKED_MARKER).touch()
     return folder

@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..toolstate import BUILD
+from ..toolstate import BUILD, trusted
 from . import SCHEMA_VERSION, nocode
 from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, die_with_parent, error, exit_now, report_stream, run
 
@@ -41,6 +41,7 @@ MODEL_LOADED = "llama_server: model loaded"  # its words once the loader and the
 
 def set_up():
     """Import the converter from the vendored llama.cpp (it puts its own gguf-py first on sys.path)."""
+    trusted(LLAMACPP, "llama.cpp's build")
     if not (VENDOR / "convert_hf_to_gguf.py").exists() or not SERVER.exists():
         raise RuntimeError(f"llama.cpp is not built under {LLAMACPP}: run `make llamacpp`")
     sys.path.insert(0, str(VENDOR))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..realload import CHILD_ENV
-from ..toolstate import BUILD, STATE
+from ..toolstate import BUILD, STATE, trusted
 from ..realload.common import die_with_parent
 from .backends import BACKENDS
 from .client import BenchResult, RequestResult
@@ -57,6 +57,8 @@ class ConversionFailed(UserError):
 
 
 def require() -> None:
+    trusted(HOME, "llama.cpp's build")
+    trusted(GGUF_CACHE, "the converted drafts' cache")
     if not SERVER.exists() or not CONVERTER.exists():
         raise LlamacppNotInstalled(f"--backend llamacpp needs llama.cpp built under {HOME}: run `make llamacpp`")
 
