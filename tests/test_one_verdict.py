@@ -154,6 +154,38 @@ def test_with_the_default_loader_fix_and_check_give_one_verdict(draft, target, t
     assert json.loads(out)["loader"] == "real"
 
 
+def _both_layer_names(draft):
+    """A vLLM-ready draft (`layers.0.*`) that also holds the decoder layer as `midlayer.*`, other values."""
+    from draftdoctor.synth import draft_tensors
+
+    copies = {k: v for k, v in draft_tensors(DraftShape(), "midlayer").items() if k.startswith("midlayer.")}
+    return draft("speculators", extra=copies)
+
+
+@pytest.mark.parametrize("engine", ["vllm==0.32.0", "sglang==0.5.23", "sglang==0.5.10"])
+@pytest.mark.parametrize("loader", ["replay", "auto"])
+def test_two_keys_writing_one_parameter_is_one_error_everywhere(draft, target, tmp_path, capsys, engine, loader):
+    """Both names load where the engine reads both (vLLM renames midlayer. to layers.0.; SGLang 0.5.12+
+    too), and whichever the engine reads last is served: `check` and `fix` both say written-twice and
+    exit 1. SGLang 0.5.10 reads only midlayer.*: the other copy is dropped, an error of its own."""
+    from conftest import require_release
+
+    if loader == "auto":
+        require_release(engine.split("==")[1], engine.split("==")[0])
+    src = _both_layer_names(draft)
+    code, out, _ = cli(capsys, "check", src, "--engine", engine, "--target", target, "--loader", loader)
+    assert code == 1, out
+    both = engine != "sglang==0.5.10"
+    assert ("ERROR   written-twice: layers.0.mlp.down_proj.weight, midlayer.mlp.down_proj.weight all load into "
+            in out) == both, out
+    assert ("dropped-keys" in out) != both
+    code, planned, _ = cli(capsys, "fix", src, "--engine", engine, "--target", target, "--loader", loader, "--plan")
+    assert code == 1 and "refused: nothing written" in planned
+    # where both load, the plan keeps both names and its check says what check said; for 0.5.10 it would
+    # rename layers.0. to midlayer., giving the two copies one name
+    assert "written-twice" in planned and ("rename-collision" in planned) != both
+
+
 def corpus_names():
     return [*CORPUS, *CONFIG_EDITS, "sglang-ids-only"]
 

@@ -20,6 +20,8 @@ from .engines import ParamSpec, Profile, from_target, identity_by_default
 from .layouts import Layout, detect_layout
 from .statuses import KeyFate, ParamFate
 
+# why a key is loaded together with another into one parameter (SGLang's MLA pair): two keys, one write
+PAIR_REASON = "concatenated with its partner"
 # the statuses by their short names, in the order statuses.py defines them
 LOADED, DERIVED, IGNORED, DROPPED, TRAINING_ONLY, MISMATCH, NOT_REACHED, CRASHED = KeyFate
 WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET, IDENTITY = ParamFate
@@ -187,6 +189,7 @@ def coverage_findings(report: CoverageReport) -> list[F.Finding]:
             + ", ".join(k.key for k in training),
             severity=F.INFO,
         ))
+    out += written_twice(report)
     missing = report.uninitialized
     if missing:
         parts = []
@@ -198,6 +201,24 @@ def coverage_findings(report: CoverageReport) -> list[F.Finding]:
             f"{len(missing)} of {len(report.params)} parameters ({_mb(report.bytes_uninitialized)} of "
             f"{_mb(report.bytes_needed)}) are never written and keep their initial values: " + ", ".join(parts),
         ))
+    return out
+
+
+def written_twice(report: CoverageReport) -> list[F.Finding]:
+    """A parameter (or one shard of a fused one) that more than one key writes: the engine keeps
+    whichever it reads last, so what is served depends on the order of the files, and `fix` would refuse
+    it. Two keys loaded together into one write (a concatenated pair) count as one writer."""
+    writers: dict[tuple, list[KeyStatus]] = {}
+    for k in report.keys:
+        if k.status == LOADED and k.param:
+            writers.setdefault((k.param, k.shard), []).append(k)
+    out = []
+    for (param, shard), keys in writers.items():
+        alone = [k for k in keys if not k.reason.startswith(PAIR_REASON)]
+        if len(alone) + (len(alone) < len(keys)) > 1:
+            where = f"{param} (shard {shard})" if shard is not None else param
+            out.append(F.finding("written-twice", f"{', '.join(k.key for k in keys)} all load into {where}: the "
+                                 "engine serves whichever it reads last"))
     return out
 
 

@@ -63,8 +63,15 @@ CODES = {
     ),
     "rename-collision": Code(
         ERROR,
-        "two checkpoint tensors would get the same name, or load into the same parameter; one would overwrite the other",
+        "two checkpoint tensors would get the same name; one would overwrite the other",
         "remove the duplicate tensor from the source checkpoint",
+    ),
+    "written-twice": Code(
+        ERROR,
+        "two checkpoint tensors load into the same parameter (or the same shard of it); the engine serves "
+        "whichever it reads last, and no error is raised",
+        "keep one of them: `draftdoctor compare` shows whether their values differ; remove the other from the "
+        "source checkpoint",
     ),
     "class-unregistered": Code(
         ERROR,

@@ -37,7 +37,7 @@ from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, C
 from .configs import ABSENT, FLAT, MISSING, UNKNOWN, ConfigChange, ConfigRewrite, config_format, rewrite_config
 from .checks import OPTION_CODES, read_target_config
 from .coverage import CoverageReport, draft_dims
-from .replay import PAIR_REASON, unmodelled_class
+from .replay import unmodelled_class
 from .provenance import recognise
 from .diagnose import diagnose
 from .engines import Engine, parameters, resolve_engine
@@ -272,7 +272,7 @@ def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target:
     found = list(predicted.findings)
     found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
-    found += _collisions(moves, predicted)
+    found += _collisions(moves)
     return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
                    rewrite, _other_files(ckpt), predicted, found, target_config, loader)
 
@@ -334,16 +334,14 @@ def _all_zero(t: TensorInfo) -> bool:
     return len(data) == t.nbytes and data == bytes(len(data))
 
 
-def _collisions(moves: list[TensorMove], predicted: CoverageReport) -> list[F.Finding]:
+def _collisions(moves: list[TensorMove]) -> list[F.Finding]:
+    """Two tensors the renaming would give one name (two keys loading into one parameter is the
+    predicted check's `written-twice`, as `check` says it)."""
     out, seen = [], {}
     for m in moves:
         if m.new is not None and m.new in seen:
             out.append(F.finding("rename-collision", f"{seen[m.new]} and {m.old} would both be named {m.new}"))
         seen.setdefault(m.new, m.old)
-    paired = {k.key for k in predicted.keys if k.reason.startswith(PAIR_REASON)}  # two keys, one write
-    for p in predicted.params:
-        if len([k for k in p.keys if k not in paired]) + bool(paired & set(p.keys)) > max(1, len(p.shards_written)):
-            out.append(F.finding("rename-collision", f"{', '.join(p.keys)} would all load into {p.name}"))
     return out
 
 

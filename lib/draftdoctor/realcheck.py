@@ -23,7 +23,7 @@ from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
 from .configs import FLAT, SPECULATORS, config_format, rewrite_config
 from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
-                       UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
+                       PAIR_REASON, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
 from .engines import parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
@@ -209,6 +209,8 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
         ks = KeyStatus(k["key"], DROPPED, shape=tuple(k["shape"]), nbytes=t.nbytes if t else 0)
         if k["consumed_as"] == "parameter":
             ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k["key"], (k["parameters"][0], None))
+            if any(part in k["key"] for pair in profile.paired_keys for part in pair[:2]):
+                ks.reason = f"{PAIR_REASON} into {ks.param}"  # the engine caches one, then writes both at once
         elif k["consumed_as"] == "attribute":
             ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k['attributes'])} attribute"
         elif error and error.get("stage") == "load" and error.get("key") == k["key"]:

@@ -17,7 +17,7 @@ from .checkpoint import Checkpoint
 from .configs import FLAT, MISSING, SPECULATORS, DraftDims, config_format
 from .engines import CRASH, WARN, ParamSpec, Profile, parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
-from .coverage import (CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
+from .coverage import (PAIR_REASON, CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
 
@@ -45,7 +45,6 @@ def renamed(profile: Profile, key: str) -> str:
 
 
 PAIRED = "paired"  # resolve_key's status for a key the loader holds until its partner arrives
-PAIR_REASON = "concatenated with its partner"
 
 
 def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | None, object, str]:
