@@ -23,6 +23,31 @@ def test_params_file_batch_and_relative_paths(tmp_path):
         load_params(tmp_path / "bad.yaml")
 
 
+def test_every_path_in_a_params_file_is_relative_to_it(tmp_path):
+    """The notebooks run in the package's folder: a relative `fixed_checkpoint` had written the fixed draft
+    into the package (site-packages, in an installed kit)."""
+    (tmp_path / "p.yaml").write_text("checkpoint: a/draft\ntarget: t\nprompts: p.jsonl\nfixed_checkpoint: fixed\n")
+    [run] = load_params(tmp_path / "p.yaml")
+    assert {k: run[k] for k in ("checkpoint", "target", "prompts", "fixed_checkpoint")} == {
+        "checkpoint": str(tmp_path / "a" / "draft"), "target": str(tmp_path / "t"),
+        "prompts": str(tmp_path / "p.jsonl"), "fixed_checkpoint": str(tmp_path / "fixed")}
+
+
+def test_the_notebooks_path_parameters_are_the_ones_resolved():
+    """Every text parameter the five steps take is a path the params file's folder resolves, or one of
+    the words that name no file: a new path parameter cannot be left relative to the package."""
+    import papermill as pm
+
+    from draftdoctor.investigate import PATH_PARAMS, STEPS
+    from draftdoctor.toolstate import NOTEBOOKS
+
+    words = {"engine", "release", "loader", "backend", "compare_backend", "out_dir"}  # out_dir: the kit's own
+    for step in STEPS:
+        declared = pm.inspect_notebook(str(NOTEBOOKS / f"{step}.ipynb"))
+        text = {name for name, p in declared.items() if p["inferred_type_name"] == "str"}
+        assert text - words <= set(PATH_PARAMS), (step, text - words - set(PATH_PARAMS))
+
+
 def test_failing_cell_is_reported_with_notebook_and_cell(tmp_path):
     with pytest.raises(StepFailed) as e:
         run_step("01-dump-keys", {"checkpoint": str(tmp_path / "missing")}, tmp_path, cell_timeout=120)

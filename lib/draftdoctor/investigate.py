@@ -84,7 +84,7 @@ def load_params(path) -> list[dict]:
             raise ParamsError(f"{path}: every entry of `checkpoints` needs a checkpoint path")
         run = {**params, **entry}
         _check_types(path, run)
-        for key in ("checkpoint", "target", "prompts"):
+        for key in PATH_PARAMS:  # the notebooks run in the package's folder: a relative path would land there
             if isinstance(run.get(key), str) and run[key] and not Path(run[key]).is_absolute():
                 run[key] = str((base / run[key]).resolve())
         run.setdefault("name", Path(run["checkpoint"]).name)
@@ -117,9 +117,12 @@ def _no_alias_loader():
 
 # What each parameter the notebooks take must be (YAML gives whatever it reads): checked before anything
 # runs, so a list where a path belongs is one line naming the field, not a traceback in a notebook.
+# The parameters that name a file or folder: relative to the parameters file, made absolute when read.
+PATH_PARAMS = ("checkpoint", "target", "prompts", "fixed_checkpoint")
 PARAM_TYPES = {"checkpoint": str, "target": str, "prompts": str, "engine": str, "release": (str, int, float),
                "loader": str, "backend": str, "name": str, "compare_backend": str, "fixed_checkpoint": str,
-               "num_prompts": int, "max_new_tokens": int, "num_steps": int, "allow_lossy": bool, "interactive": bool}
+               "num_prompts": int, "max_new_tokens": int, "num_steps": int, "allow_lossy": bool, "interactive": bool,
+               "guard": bool}
 
 
 def _check_types(path: Path, run: dict) -> None:
