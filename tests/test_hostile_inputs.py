@@ -167,3 +167,35 @@ def test_names_cannot_forge_lines_or_drive_the_terminal(tmp_path):
         text = proc.stdout + proc.stderr
         assert "\x1b" not in text and "forged-code" in text.replace("\\n", "\n"), args  # shown, escaped
         assert not any(line.startswith(("ERROR   forged", "verdict: loads cleanly\\x1b")) for line in text.splitlines())
+
+
+# Names a terminal would obey (clear screen, window title, OSC 52 clipboard write), a spreadsheet would run
+# as a formula, or an editor would reorder or hide (right-to-left override, zero-width space, NUL).
+TERMINAL_AND_SHEET = ["\x1b[2J\x1b]0;owned\x07a", "\x1b]52;c;aGVsbG8=\x07b", '=HYPERLINK("http://x.invalid","c")',
+                      "+cmd|' /C calc'!A0", "@SUM(1+1)", "-2+3", "d\u202eexe.txt", "e\u200bf", "g\x00h", "i\u2028j"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "text"])
+def test_every_format_of_inspect_shows_names_as_inert_text(tmp_path, fmt):
+    """Text output escaped control characters already; CSV and JSON wrote them raw, and CSV's cells
+    started with formulas."""
+    import csv
+    import io
+    import json
+
+    folder = write_draft(tmp_path / "draft", layout="speculators")
+    tensors = draft_tensors(DraftShape(), layout="speculators") | {n: ("F16", (4,)) for n in TERMINAL_AND_SHEET}
+    write_safetensors(folder / "model.safetensors", tensors)
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "inspect", str(folder), "--format", fmt],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert all(line.isprintable() for line in proc.stdout.splitlines()), "a character a terminal obeys or hides"
+    if fmt == "json":  # the same names to a JSON reader
+        names = {t["name"] for t in json.loads(proc.stdout)["tensors"]}
+        assert set(TERMINAL_AND_SHEET) <= names
+    if fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+        cells = [c for row in rows for c in row.values()]
+        assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "|"))], "a cell a spreadsheet evaluates"
+        names = {row["name"] for row in rows}
+        assert {"'=HYPERLINK(\"http://x.invalid\",\"c\")", "'@SUM(1+1)", "d\\u202eexe.txt", "g\\x00h"} <= names

@@ -96,11 +96,11 @@ def _inspect(args, out) -> int:
 
         # orjson, compact: the standard encoder took 0.5 s for 10^5 tensors; rows built by map, in C
         rows = list(map(dict, map(partial(zip, list(table)), zip(*table.values()))))
-        out.write(orjson.dumps({"path": str(ckpt.path), "files": [str(s.path) for s in ckpt.shards],
-                                "layout": {"name": layout.name, "evidence": list(layout.evidence)},
-                                "architecture": found.architecture, "trainer": found.trainer,
-                                "provenance_evidence": list(found.evidence), "tensors": rows,
-                                "total_bytes": ckpt.total_bytes}).decode() + "\n")
+        out.write(_json_text(orjson.dumps({"path": str(ckpt.path), "files": [str(s.path) for s in ckpt.shards],
+                                           "layout": {"name": layout.name, "evidence": list(layout.evidence)},
+                                           "architecture": found.architecture, "trainer": found.trainer,
+                                           "provenance_evidence": list(found.evidence), "tensors": rows,
+                                           "total_bytes": ckpt.total_bytes}).decode()) + "\n")
         return EXIT_OK
     shapes = shape_texts(table["shape"])
     if args.format == "csv":
@@ -126,11 +126,40 @@ def _inspect(args, out) -> int:
     return EXIT_OK
 
 
+# what makes a spreadsheet read a cell as a formula (=HYPERLINK(...), +cmd|..., @SUM(...), -1+...)
+_FORMULA_START = ("=", "+", "-", "@", "|")
+
+
+def _csv_cell(text: str) -> str:
+    """A cell a spreadsheet or terminal shows as the text it is: control characters escaped as in the
+    text output (`_safe`), and a formula's first character behind a quote, as spreadsheets themselves
+    write literal text."""
+    text = _safe(text)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _json_text(text: str) -> str:
+    """JSON text with every character that is not printable (a right-to-left override, a zero-width
+    space, a line separator) written as its \\u escape, as the standard encoder writes them: the same
+    data to a JSON reader, and nothing a terminal or editor reorders or hides. (orjson writes them raw.)"""
+    if text.isprintable():
+        return text
+    import re
+
+    return re.sub(r"[^\x20-\x7e]", lambda m: m[0] if m[0].isprintable() else json.dumps(m[0])[1:-1], text)
+
+
 def _csv(columns: list[list], header: list[str], out) -> None:
     """Columns as CSV. Joined directly when no cell holds a comma, quote or line break (for 10^5
-    rows a fifth of csv.writer's time); otherwise csv.writer, which quotes what needs it."""
+    rows a fifth of csv.writer's time); otherwise csv.writer, which quotes what needs it. A cell that
+    holds a control character or starts like a formula goes through `_csv_cell` first."""
     columns = [c if not c or type(c[0]) is str else list(map(str, c)) for c in columns]
     text = "\0".join(chain.from_iterable(columns))
+    separators = sum(map(len, columns)) - 1  # a NUL inside a cell is one more than these
+    if (not text.replace("\0", "").isprintable() or text.count("\0") > separators
+            or any(text.startswith(s) or f"\0{s}" in text for s in _FORMULA_START)):
+        columns = [list(map(_csv_cell, c)) for c in columns]
+        text = "\0".join(chain.from_iterable(columns))
     if any(ch in text for ch in ',"\r\n'):
         import csv
 
