@@ -119,6 +119,11 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "bench-out-read-only":  # /proc takes no new folders, not even root's
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", "/proc/draftdoctor-out"], \
             "cannot write there"
+    if kind == "compare-a-device":  # a device is no folder: not "no .safetensors file in this folder"
+        return ["compare", "/dev/zero", good], "neither a regular file nor a folder"
+    if kind == "inspect-a-fifo":
+        os.mkfifo(root / "pipe")
+        return ["inspect", root / "pipe"], "neither a regular file nor a folder"
     if kind == "weights-link-loop":
         folder = root / "loop"
         folder.mkdir()
@@ -132,7 +137,7 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes",
          "prompts-dev-zero", "deep-prompt", "weights-link-loop", "params-alias-bomb", "params-wrong-checkpoint",
          "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
-         "serve-log-under-a-file", "bench-out-read-only"]
+         "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

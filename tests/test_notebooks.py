@@ -19,6 +19,13 @@ def test_committed_clean_with_documented_parameters(path):
     for cell in book.cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, f"{path.name} has outputs"
+    ids = [c.get("id") for c in book.cells]
+    assert all(ids) and len(set(ids)) == len(ids), f"{path.name}: every cell needs its own id: {ids}"
+    import warnings
+
+    with warnings.catch_warnings():  # nbformat warns (MissingIDFieldWarning) in every run of a notebook lacking one
+        warnings.simplefilter("error")
+        nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
     tagged = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1
     params = pm.inspect_notebook(str(path))

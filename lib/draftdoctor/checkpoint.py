@@ -367,6 +367,9 @@ def _resolve_files(path: Path) -> tuple[dict[str, Path], dict | None, Path]:
         if path.suffix in PICKLE_SUFFIXES:
             raise CheckpointError(path, _PICKLE_HELP)
         return {path.name: path}, None, path.parent
+    if not path.is_dir():
+        raise CheckpointError(path, "neither a regular file nor a folder (a device, FIFO or socket): a checkpoint "
+                                    "is a .safetensors file or a folder of them")
     index_path = path / INDEX_NAME
     if index_path.exists():
         return _resolve_index(index_path)
