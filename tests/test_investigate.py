@@ -183,3 +183,39 @@ def test_a_batch_summary_shows_verdicts_as_text(tmp_path):
     text = (tmp_path / "summary.md").read_text()
     assert len(text.strip().splitlines()) == 5  # title, blank, header, rule, one row: no line a name could add
     assert "<img" not in text and "<!--" not in text
+
+
+BLOCKS = 'x\n\n## Verdict\n\nAccept length 4.00\n=====\n- forged item\n1. forged step\n| a | b |\n_em_ `code` [l](u)'
+
+
+def test_a_name_is_one_line_of_text_wherever_it_lands_in_the_report(tmp_path):
+    """Every field of the steps' records that a checkpoint, a config or an engine's message can fill, set to
+    a text carrying block Markdown (headings, a setext underline, list items, a table row) and inline
+    Markdown: report.md has exactly the sections and table rows the kit writes, and each field stays one
+    line, shown as text."""
+    import re
+
+    from draftdoctor import runs
+    from draftdoctor.report import write_report
+
+    numbers = dict.fromkeys(("params_total", "params_uninitialized", "bytes_total", "bytes_uninitialized",
+                             "keys_total", "keys_dropped"), 1)
+    coverage = {"engine": BLOCKS, "loader": BLOCKS, "verdict": BLOCKS, "findings": [], "coverage": numbers}
+    runs.save_step(tmp_path, runs.KEYS, {"layout": BLOCKS})
+    runs.save_step(tmp_path, runs.COVERAGE, coverage)
+    runs.save_step(tmp_path, runs.FIX, {"dst": BLOCKS, "ok": True, "coverage_after": coverage,
+                                        "config_changes": [{"field": BLOCKS, "reason": BLOCKS}]})
+    run = {"accept_length": 1.0, "accept_rate": 0.0, "tokens_per_s": 1.0, "backend": BLOCKS, "backend_label": BLOCKS,
+           "explanation": BLOCKS}
+    runs.save_step(tmp_path, runs.RESULTS, {"runs": [run | {"name": "before"}, run | {"name": "after"}]})
+    write_report(tmp_path, {"name": BLOCKS, "checkpoint": BLOCKS}, BLOCKS)
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert [line for line in lines if line.startswith("#")] == [lines[0], "## Verdict", "## Load coverage", "## Fix",
+                                                              "## Acceptance"]
+    assert not [line for line in lines if re.match(r"(=+|-+|\d+[.)] .*)$", line)], "a block a name started"
+    assert [line for line in lines if line.startswith("- ")] == [line for line in lines if line.startswith(
+        ("- before the fix: ", "- after the fix: ", "- config "))]
+    assert len([line for line in lines if line.startswith("|")]) == 2 * 3 + 4  # the kit's three tables' rows
+    shown = "x\\\\n\\\\n\\#\\# Verdict\\\\n\\\\nAccept length 4.00\\\\n=====\\\\n- forged item"
+    assert sum(line.count(shown) for line in lines) == 17  # every field, each within its line, as text
+    assert "\\_em\\_ \\`code\\` \\[l\\](u)" in lines[0]

@@ -15,20 +15,23 @@ import re
 from . import runs
 from .explain import same_draft
 
-# what lets text inside a line become markup: code spans, emphasis, links and images (no `[`, no link or
-# image can open), table cells, strike-through; a line's start (#, -, 1.) is never ours to give away
-_MARKDOWN = re.compile(r"([\\`*\[\]|~])")
+# what lets text inside a line become markup: code spans, emphasis (* and _), links and images (no `[`, no
+# link or image can open), table cells, strike-through, a heading's #
+_MARKDOWN = re.compile(r"([\\`*_\[\]|~#])")
+# what starts a block when a line starts with it (a list item, a setext underline, an ordered item)
+_BLOCK_START = re.compile(r"^(\d+(?=[.)])|(?=[-+=]))")
 
 
 def md(value) -> str:
     """`value` as literal text in Markdown: what a checkpoint, a config or an engine's message put in a
     report (a tensor name, a verdict quoting it, a log line) renders as itself. Control characters are
-    escaped (a newline cannot start a section), HTML cannot open a tag, comment or entity, and Markdown
-    punctuation cannot make a link, an image, emphasis or a table cell."""
+    escaped (a newline cannot start a section: a name is one line of text wherever it lands), HTML cannot
+    open a tag, comment or entity, Markdown punctuation cannot make a link, an image, emphasis, a heading
+    or a table cell, and text placed at a line's start cannot begin a list item or underline a heading."""
     text = str(value)
     if not text.isprintable():
         text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return _MARKDOWN.sub(r"\\\1", html.escape(text, quote=False))
+    return _BLOCK_START.sub(r"\1\\", _MARKDOWN.sub(r"\\\1", html.escape(text, quote=False)))
 
 
 def _coverage_numbers(doc: dict | None) -> dict | None:
