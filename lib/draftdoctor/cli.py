@@ -586,11 +586,12 @@ def cmd_loaders(args, out) -> int:
     for engine, release in specs:
         sys.stderr.write(f"[loaders] installing {engine} {release} (pip, then its self-check)\n")
         try:
-            folder = install(engine, release)
+            folder, fresh = install(engine, release, waiting=lambda: sys.stderr.write(
+                f"[loaders] waiting for another install of {engine} {release} to finish\n"))
         except InstallFailed as e:
             out.write(f"{engine} {release}: FAILED: {_safe(e)}\n")
             return EXIT_FINDINGS
-        out.write(f"{engine} {release}: installed and self-checked in {folder}\n")
+        out.write(f"{engine} {release}: {'installed' if fresh else 'already installed'} and self-checked in {folder}\n")
     return EXIT_OK
 
 
