@@ -1,9 +1,9 @@
-"""A hostile neighbour for the port tests: `python port_thief.py ROOT_PID...`.
+"""A hostile neighbour for the port tests: `python port_thief.py [--every] ROOT_PID...`.
 
 - It keeps taking ephemeral ports: a churning pool of listening sockets on ports the kernel picks.
 - It watches every process descended from the ROOT_PIDs; the first `--port N` it sees in a descendant's
-  command line under each root, it binds first (as the hostile round did, reading /proc) and answers
-  every HTTP request on it with forged acceptance (4.00 everywhere).
+  command line under each root (with `--every`: each one), it binds first (as the hostile round did,
+  reading /proc) and answers every HTTP request on it with forged acceptance (4.00 everywhere).
 - It prints one line per port stolen ("stole N") and per request answered ("request N PATH"), flushed,
   so the test can prove the kit never talked to it.
 It runs until killed.
@@ -103,20 +103,21 @@ def churn(pool_size=200):
         time.sleep(0.005)
 
 
-def main(roots):
+def main(roots, every=False):
     threading.Thread(target=churn, daemon=True).start()
-    robbed = set()
+    robbed, stolen = set(), set()
     while True:
         ppid = parents()
         for pid in ppid:
             root = root_of(pid, ppid, roots)
-            if root is None or root in robbed or pid == root:
+            if root is None or (root in robbed and not every) or pid == root:
                 continue
             port = port_of(pid)
-            if port and steal(port):
+            if port and port not in stolen and steal(port):
                 robbed.add(root)
+                stolen.add(port)
         time.sleep(0.02)
 
 
 if __name__ == "__main__":
-    main({int(p) for p in sys.argv[1:]})
+    main({int(p) for p in sys.argv[1:] if p != "--every"}, every="--every" in sys.argv[1:])

@@ -3,20 +3,84 @@ into a fresh venv, runs inspect, check, fix, bench (reference) and the demo's in
 folder, under an empty HOME, with no traceback; tool state goes to the user cache folder, nothing into the
 venv or HOME.
 
-The fresh venv reaches the kit's dependencies through one path line to this venv's site-packages (no
-download; the editable install there is not active through it), so what runs is the wheel's draftdoctor.
+The fresh venv gets what a user's gets: torch first (this venv's torch and what it requires, as links, on
+a path line: README's `pip install torch` before the kit), then the wheel with its declared dependencies
+resolved by pip, offline, from wheels of this venv's installed distributions (tests/wheelhouse.py). A
+module the kit imports that the wheel does not declare is missing there, as on a user's machine (it had
+reached this venv's whole site-packages through a path line, so `tokenizers`, which bench imports and
+pyproject did not declare, went unnoticed); and every third-party module lib/ imports is checked against
+the wheel's declared dependencies.
 """
 
+import ast
+import email
+import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from wheelhouse import NotInstalled, wheelhouse
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "lib" / "draftdoctor"
+
+# Modules lib/ imports that the wheel does not declare: each only in the files named (a path ending in /
+# is a folder), which run where it is installed another way.
+ELSEWHERE = {
+    # installed first (README, make setup), never declared: pip would resolve a CUDA build
+    "torch": ("",),
+    # the engines' own code: a release's folder, in the real loader's child, or the engine's server process
+    "sglang": ("realload/child.py", "realload/adapters/", "guard/sglang.py"),
+    "vllm": ("realload/vllm_child.py", "guard/vllm.py"),
+    "transformers": ("realload/stubs.py", "reference/demo_data.py"),
+    # llama.cpp's converter, vendored in the build (make llamacpp), and its requirements/llamacpp.txt
+    "gguf": ("realload/llamacpp_child.py",),
+    "conversion": ("realload/llamacpp_child.py",),
+    "convert_hf_to_gguf": ("realload/llamacpp_child.py",),
+    "sentencepiece": ("realload/llamacpp_child.py", "reference/demo_data.py"),
+    # building the demo's data in a checkout (make demo-data: requirements/speculators.txt)
+    "speculators": ("reference/demo_data.py",),
+}
+
+
+def third_party_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every top-level module the package's Python files import (inside functions too), less the standard
+    library and the package itself: module -> the files (relative to the package) that import it."""
+    found: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "draftdoctor":
+                    found.setdefault(top, set()).add(path.relative_to(package).as_posix())
+    return found
+
+
+def _requirements(wheel: Path) -> list[str]:
+    """The wheel's own Requires-Dist, without extras' (its METADATA, as pip reads it)."""
+    with zipfile.ZipFile(wheel) as z:
+        [metadata] = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = email.message_from_bytes(z.read(metadata)).get_all("Requires-Dist") or []
+    return [line for line in lines if Requirement(line).marker is None
+            or Requirement(line).marker.evaluate({"extra": ""})]
+
+
+def _pip_env() -> dict[str, str]:
+    """pip with no configuration but the command line's: no index, no other find-links, no cache in HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
+    return dict(env, PIP_CONFIG_FILE=os.devnull, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
 
 def _files(folder: Path) -> set[str]:
@@ -41,10 +105,20 @@ def installed(tmp_path_factory):
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    (site / "kit-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    from draftdoctor.realload.torchview import closure as torch_closure, torch_view
+
+    (site / "torch-first.pth").write_text(f"{torch_view(work / 'torch')}\n")  # torch and what it requires, only
     wheel = next(wheels.glob("draftdoctor-*.whl"))
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                           "--no-index", str(wheel)], capture_output=True, text=True, timeout=600)
+    requirements = _requirements(wheel)
+    try:
+        wheelhouse(requirements, work / "wheelhouse",
+                   provided={canonicalize_name(d.metadata["Name"]) for d in torch_closure()})
+    except NotInstalled as e:
+        pytest.fail(f"this venv lacks what the kit's declared dependencies need, so they cannot be resolved offline: "
+                    f"{e}; `make setup` installs them")
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
+                           "--no-index", "--find-links", str(work / "wheelhouse"), str(wheel)],
+                          capture_output=True, text=True, timeout=900, env=_pip_env())
     assert done.returncode == 0, done.stderr[-3000:]
     home, cache, elsewhere = work / "home", work / "user-cache", work / "elsewhere"
     for folder in (home, cache, elsewhere):
@@ -59,7 +133,37 @@ def installed(tmp_path_factory):
     demo = Path(subprocess.run([str(python), "-c", "from draftdoctor.toolstate import DEMO; print(DEMO)"],
                                capture_output=True, text=True, env=env, cwd=elsewhere, check=True).stdout.strip())
     return {"run": run, "venv": venv, "site": site, "home": home, "cache": cache, "elsewhere": elsewhere,
-            "demo": demo, "before": before}
+            "demo": demo, "before": before, "python": python, "requirements": requirements}
+
+
+def test_every_module_the_kit_imports_is_a_declared_dependency(installed):
+    """Reliability IV item 14: each third-party module lib/ imports is installed in the fresh venv by a
+    distribution the wheel declares (or is one of ELSEWHERE's, imported only where that holds)."""
+    imports = third_party_imports()
+    strays = {module: sorted(f for f in files if not f.startswith(ELSEWHERE[module]))
+              for module, files in imports.items() if module in ELSEWHERE}
+    assert {m: f for m, f in strays.items() if f} == {}, "imported outside the files where it is installed"
+    wanted = sorted(set(imports) - set(ELSEWHERE))
+    said = subprocess.run([str(installed["python"]), "-c", "import importlib.metadata as m, json, sys; "
+                           "found = m.packages_distributions(); "
+                           "print(json.dumps({name: found.get(name, []) for name in json.loads(sys.argv[1])}))",
+                           json.dumps(wanted)], capture_output=True, text=True, check=True, cwd=installed["elsewhere"],
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(installed["home"])})
+    providers = json.loads(said.stdout)
+    declared = {canonicalize_name(Requirement(r).name) for r in installed["requirements"]}
+    undeclared = {module: providers[module] for module in wanted
+                  if not {canonicalize_name(d) for d in providers[module]} & declared}
+    assert undeclared == {}, f"imported by {({m: sorted(imports[m]) for m in undeclared})}, not declared"
+
+
+def test_the_installed_kit_benches(installed):
+    """Reliability IV item 14: `bench` counts prompt tokens with `tokenizers` and the reference server reads
+    weights with `safetensors`; installed with its declared dependencies only, it measures, no traceback."""
+    run, demo, out = installed["run"], installed["demo"], installed["elsewhere"]
+    done = run("bench", "--backend", "reference", "--target", demo / "target", "--draft",
+               f"d={demo / 'draft-story'}", "--num-prompts", 2, "--max-new-tokens", 16, "--out", out / "bench-alone")
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr[-3000:]
+    assert done.returncode == 0 and (out / "bench-alone" / "results.json").is_file(), done.stderr[-3000:]
 
 
 @pytest.mark.story

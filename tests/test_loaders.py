@@ -9,6 +9,7 @@ import base64
 import hashlib
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -96,3 +97,93 @@ def test_make_installs_releases_through_the_same_module():
         text = (ROOT / "mk" / mk).read_text()
         assert f"-m draftdoctor.realload.install {engine} $* --folder $(@D)" in text
         assert not [line for line in text.splitlines() if line.startswith("\t") and "pip install" in line]
+
+
+def _offline_release(monkeypatch, tmp_path, pins: str = "ddtiny==1.0\n") -> Path:
+    """sglang 0.5.10's pin list replaced by one pip installs offline (a tiny wheel); its folder."""
+    wheels, lists = tmp_path / "wheels", tmp_path / "pins"
+    wheels.mkdir(exist_ok=True), lists.mkdir(exist_ok=True)
+    _tiny_wheel(wheels)
+    (lists / "requirements-0.5.10.txt").write_text(pins)
+    monkeypatch.setattr(installing, "HERE", lists)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    return tmp_path / "releases" / "0.5.10"
+
+
+def _self_check_imports_ddtiny(monkeypatch, folder: Path, before_check=lambda: None, before_pip=lambda: None):
+    """pip runs for real; the self-check imports from the folder what pip put there (as SGLang's import
+    does in the real one). Returns the names of the threads whose install ran pip."""
+    real_run, pip_runs = installing._run, []
+
+    def run(command, log, failure):
+        if command[1:3] == ["-m", "pip"]:
+            pip_runs.append(threading.current_thread().name)
+            before_pip()
+            return real_run(command, log, failure)
+        before_check()
+        return real_run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(folder)!r}); import ddtiny"],
+                        log, failure)
+
+    monkeypatch.setattr(installing, "_run", run)
+    return pip_runs
+
+
+def test_two_installs_of_a_release_at_once_keep_the_finished_one(monkeypatch, tmp_path):
+    """Reliability IV item 9: a second install of a release started while the first runs its self-check
+    (it had removed the first one's folder then: "self-check failed ... No module named ...") waits for
+    the first, finds its folder finished for the same pins and keeps it. The two are ordered by events:
+    the first's self-check goes on once the second has either waited for the lock or begun its own pip
+    run, which it starts only after the first's check (so without the lock it must have removed the folder)."""
+    folder = _offline_release(monkeypatch, tmp_path)
+    first_checking, second_moved, first_checked = threading.Event(), threading.Event(), threading.Event()
+
+    def before_check():
+        if threading.current_thread().name == "first":
+            first_checking.set()
+            second_moved.wait(120)
+
+    def before_pip():
+        if threading.current_thread().name == "second":
+            second_moved.set()
+            first_checked.wait(120)
+
+    pip_runs = _self_check_imports_ddtiny(monkeypatch, folder, before_check, before_pip)
+    results = {}
+
+    def go():
+        name = threading.current_thread().name
+        try:
+            results[name] = installing.install("sglang", "0.5.10", folder=folder, link=False, waiting=second_moved.set)
+        except Exception as e:  # noqa: BLE001 (the test reports what each install ended with)
+            results[name] = e
+        finally:
+            if name == "first":
+                first_checked.set()
+
+    first = threading.Thread(target=go, name="first")
+    first.start()
+    assert first_checking.wait(120)
+    second = threading.Thread(target=go, name="second")
+    second.start()
+    first.join(300), second.join(300)
+    assert results == {"first": (folder, True), "second": (folder, False)}, results
+    assert pip_runs == ["first"]
+    assert (folder / "ddtiny.py").is_file() and (folder / realload.READY_MARKER).is_file()
+
+
+def test_a_finished_install_is_kept_and_anything_else_replaced(monkeypatch, tmp_path):
+    """Installed again, a release finished for the same pin list is kept (pip does not run); a folder no
+    install finished (a dead install's, or one marked by an older kit) or another pin list's is replaced."""
+    folder = _offline_release(monkeypatch, tmp_path)
+    pip_runs = _self_check_imports_ddtiny(monkeypatch, folder)
+    assert installing.install("sglang", "0.5.10", folder=folder, link=False) == (folder, True)
+    assert installing.install("sglang", "0.5.10", folder=folder, link=False) == (folder, False)
+    assert len(pip_runs) == 1
+    (folder / realload.READY_MARKER).write_text("")  # marked by a kit that wrote no digest
+    (folder / "left-over").write_text("")
+    assert installing.install("sglang", "0.5.10", folder=folder, link=False) == (folder, True)
+    assert not (folder / "left-over").exists()
+    _offline_release(monkeypatch, tmp_path, pins="ddtiny==1.0  # another list\n")
+    assert installing.install("sglang", "0.5.10", folder=folder, link=False) == (folder, True)
+    assert len(pip_runs) == 3

@@ -5,6 +5,11 @@ either makes the server fail to start, or answers in its place. The launcher giv
 for another (`PORT_ATTEMPTS`), refuses a port the user gave, and never sends a request to a port
 another process holds. Fake servers here bind late on purpose, so the race is won by the test's thief
 every time; the last test runs real benches on every CPU backend beside a hostile neighbour process.
+
+Reliability IV item 13: on a busy host every outbound connection draws a port from the kernel's
+ephemeral range, so a port chosen there (bind port 0, close) is soon someone else's. The kit's own
+server is started on a socket the launcher already holds; a server that takes `--port` gets one from
+outside that range.
 """
 
 import json
@@ -22,7 +27,8 @@ import pytest
 from conftest import require_release
 
 from draftdoctor import listeners
-from draftdoctor.serving.launcher import PORT_ATTEMPTS, READY_LINE, PortBusy, Server
+from draftdoctor.serving.launcher import (PORT_ATTEMPTS, READY_LINE, PortBusy, Server, choose_port, ephemeral_range,
+                                          reserved_ports)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
@@ -161,6 +167,42 @@ def test_a_server_that_loses_its_port_is_no_longer_trusted(tmp_path):
             assert server.holder() == listeners.FOREIGN and not server.still_ours()
 
 
+def test_a_port_chosen_for_a_server_is_outside_the_kernels_ephemeral_range():
+    """What `--port` servers (vLLM, llama-server, SGLang, JupyterLab) are given: never a port the kernel
+    hands to outbound connections or binds to port 0, never a reserved one, free when chosen."""
+    low, high = ephemeral_range()
+    chosen = {choose_port("127.0.0.1") for _ in range(300)}
+    assert [p for p in chosen if low <= p <= high or p < 1024 or p in reserved_ports()] == []
+    assert len(chosen) > 250  # drawn at random, not one port every time
+
+
+def test_the_ranges_are_read_as_the_kernel_writes_them(tmp_path):
+    (tmp_path / "ip_local_port_range").write_text("40000\t50000\n")
+    (tmp_path / "ip_local_reserved_ports").write_text("8080,9000-9002\n")
+    assert ephemeral_range(tmp_path) == (40000, 50000)
+    assert reserved_ports(tmp_path) == {8080, 9000, 9001, 9002}
+    assert ephemeral_range(tmp_path / "absent") == (32768, 60999)  # Linux's default
+
+
+def test_the_reference_server_serves_on_a_port_no_one_else_can_take(tmp_path):
+    """Reliability IV item 13: a neighbour that churns ephemeral ports and binds every `--port` it sees
+    in the bench's servers' command lines (it had taken each of the five the kit chose, bench exit 1):
+    the launcher binds the port and hands the listening socket to the server, so the thief never holds it,
+    is never asked, and the bench measures on its first server."""
+    bench = _bench("reference", tmp_path / "out")
+    thief = subprocess.Popen([sys.executable, str(Path(__file__).with_name("port_thief.py")), "--every",
+                              str(bench.pid)], stdout=subprocess.PIPE, text=True)
+    try:
+        out, err = bench.communicate(timeout=600)
+    finally:
+        thief.send_signal(signal.SIGKILL)
+        said = thief.communicate()[0].splitlines()
+    assert bench.returncode == 0, err[-3000:]
+    assert said == [], said  # nothing stolen, nothing asked
+    log = (tmp_path / "out" / "server-d.log").read_text()
+    assert log.count("listening on http://127.0.0.1:") == 1, log  # one start: its port was never taken
+
+
 # a draft each backend serves as it is: the story's for SGLang 0.5.10's emulation, speculators' for the real engines
 DRAFTS = {"reference": "draft-story", "vllm": "draft-speculators", "llamacpp": "draft-speculators"}
 
@@ -176,8 +218,9 @@ def test_benches_on_every_cpu_backend_beside_a_port_thief(tmp_path):
     """`bench` on the reference backend, real vLLM and real llama.cpp at once, while a neighbour keeps
     taking ephemeral ports and binds the first `--port` each bench's server is given before that
     server does, answering with forged acceptance. Every bench measures its own server: the thief is
-    never asked anything, and the reference backend (which binds after loading, so always loses its
-    first port) measures what it measures alone."""
+    never asked anything, the reference backend (served on a socket the launcher holds, so its port
+    is never the thief's) measures what it measures alone, and the ports the real servers were given
+    lie outside the kernel's ephemeral range."""
     require_release("0.32.0", "vllm")
     require_release("0.3.36", "llamacpp")
     alone = _bench("reference", tmp_path / "alone")
@@ -193,7 +236,9 @@ def test_benches_on_every_cpu_backend_beside_a_port_thief(tmp_path):
         thief.send_signal(signal.SIGKILL)
         said = thief.communicate()[0].splitlines()
     assert [line for line in said if line.startswith("request")] == []
-    assert sum(line.startswith("stole") for line in said) >= 1, said
+    stolen = [int(line.split()[1]) for line in said if line.startswith("stole")]
+    low, high = ephemeral_range()
+    assert stolen and not [port for port in stolen if low <= port <= high], said
     results = {b: json.loads((tmp_path / b / "results.json").read_text())["runs"][0] for b in benches}
     reference = json.loads((tmp_path / "alone" / "results.json").read_text())["runs"][0]
     assert results["reference"]["accept_length"] == reference["accept_length"]

@@ -1,17 +1,22 @@
 """SIGTERM or SIGHUP to a command that started a server (timeout(1), a closed terminal, a job system)
-stops the server too: no orphan keeps its port or its memory."""
+stops the server too: no orphan keeps its port or its memory. An interrupted command names the signal;
+work run outside the terminal's foreground group is never stopped by the terminal's job control, and a
+signal the command started with ignored (nohup, `&` in a script) stays ignored."""
 
+import ast
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo"
 
 
 def processes_with(text: str) -> list[int]:
@@ -49,9 +54,112 @@ def test_a_signal_to_serve_stops_its_server(tmp_path, signum):
         proc.send_signal(signum)
         assert proc.wait(timeout=60) == 128 + signum
         assert gone(marker)
+        said = proc.stderr.read().splitlines()
+        assert said[-1] == f"draftdoctor: interrupted by {signum.name} (anything half-written was removed)", said
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+    """`nohup` starts a command with SIGHUP ignored, a shell without job control starts `cmd &` with SIGINT
+    ignored: the terminal's hang-up or Ctrl-C must not end it (the kit had re-armed both). The server
+    it started goes on serving; SIGTERM still stops both."""
+    def ignoring():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "serve", "--model-path", DEMO / "target",
+                             "--speculative-draft-model-path", DEMO / "draft-story", "--log", tmp_path / "s.log"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignoring)
+    try:
+        line = proc.stdout.readline()
+        port = re.search(r"ready at http://127\.0\.0\.1:(\d+)", line)
+        assert port, line + proc.stderr.read()
+        proc.send_signal(signal.SIGHUP)  # discarded by the kernel when ignored; else pending before SIGTERM
+        proc.send_signal(signal.SIGINT)
+        assert processes_with(f"--port {port.group(1)}") and proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        assert proc.stderr.read().splitlines()[-1].startswith("draftdoctor: interrupted by SIGTERM")
+        assert gone(f"--port {port.group(1)}")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# Runs COMMAND in a session whose controlling terminal is the pty named by argv[1], with `stty tostop`
+# (a job outside the terminal's foreground group that writes to it is stopped), either in a background
+# process group of its own ("background": `cmd &` in an interactive shell) or as it is (`timeout` puts
+# itself and its command in a group of their own): prints how it ended, or that it was stopped.
+IN_A_TERMINAL = """
+import os, signal, subprocess, sys, termios
+terminal = os.open(sys.argv[1], os.O_RDWR)  # the session's leader opens it: its controlling terminal
+mode = termios.tcgetattr(terminal)
+mode[3] |= termios.TOSTOP
+termios.tcsetattr(terminal, termios.TCSANOW, mode)
+child = subprocess.Popen(sys.argv[3:], stdin=terminal, stdout=terminal, stderr=terminal,
+                         process_group=0 if sys.argv[2] == "background" else None)
+_, status = os.waitpid(child.pid, os.WUNTRACED)
+if os.WIFSTOPPED(status):
+    print("stopped by", signal.Signals(os.WSTOPSIG(status)).name, flush=True)
+    os.kill(child.pid, signal.SIGKILL)
+    os.waitpid(child.pid, 0)
+else:
+    print("exit", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["background", "timeout"])
+def test_work_outside_the_terminals_foreground_is_not_stopped_by_it(tmp_path, how):
+    """Reliability IV item 10: a command in a background process group of its terminal (`&`, or under
+    `timeout`, which makes a group of its own) that writes to the terminal was stopped by SIGTTOU (with
+    `stty tostop`); under timeout for good, as timeout's SIGTERM and SIGCONT only woke it to stop again
+    writing that it was interrupted. It now writes and ends. (Under timeout, a command stopped that way
+    would end only by timeout's -k KILL, a minute later.)"""
+    master, slave = os.openpty()  # the slave end stays open here until the command is done
+    terminal = os.ttyname(slave)
+    shown = []
+
+    def drain():  # the terminal's screen: read until every end of the terminal is closed
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            shown.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    command = [sys.executable, "-m", "draftdoctor.cli", "inspect", str(DEMO / "draft-story")]
+    if how == "timeout":
+        command = ["timeout", "-k", "5", "60", *command]
+    try:
+        done = subprocess.run([sys.executable, "-c", IN_A_TERMINAL, terminal, how, *command], capture_output=True,
+                              text=True, timeout=300, start_new_session=True)
+    finally:
+        os.close(slave)
+        reader.join(30)
+        os.close(master)
+    assert done.stdout.strip() == "exit 0", done.stdout + done.stderr
+    assert "layers.0.self_attn" in b"".join(shown).decode(errors="replace")
+
+
+def test_no_child_the_kit_starts_reads_its_terminal():
+    """Every process lib/ starts gets its input from /dev/null (or a pipe), never the terminal the kit
+    was started from: a child in another session or group would otherwise read the user's keystrokes,
+    or be stopped reading them."""
+    calls = []
+    for path in (ROOT / "lib" / "draftdoctor").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
+                    and node.func.attr in ("run", "Popen", "call", "check_call", "check_output")):
+                if not {k.arg for k in node.keywords} & {"stdin", "input"}:
+                    calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert calls == []
 
 
 def test_a_server_dies_with_the_process_that_started_it(tmp_path):
@@ -133,7 +241,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line(when):
             "def interrupting(f): return lambda *a, **k: (interrupt(), f(*a, **k))[1]\n"
             "%s\nentry()\n") % (str(DEMO / "draft-story"), steps[when])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert (proc.returncode, proc.stderr) == (130, "draftdoctor: interrupted\n")
+    assert (proc.returncode, proc.stderr) == (130, "draftdoctor: interrupted by SIGINT\n")
 
 
 def test_serve_on_every_interface_says_what_it_exposes(tmp_path):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import signal
 import sys
 
-from . import _interrupted_early
+from . import _arm_early_interrupt
 
 if __name__ == "__main__":  # `python -m draftdoctor.cli`; the console script's package import did it already
-    signal.signal(signal.SIGINT, _interrupted_early)
+    _arm_early_interrupt()
 
 import argparse
 import gc
@@ -615,11 +615,12 @@ def cmd_loaders(args, out) -> int:
     for engine, release in specs:
         sys.stderr.write(f"[loaders] installing {engine} {release} (pip, then its self-check)\n")
         try:
-            folder = install(engine, release)
+            folder, fresh = install(engine, release, waiting=lambda: sys.stderr.write(
+                f"[loaders] waiting for another install of {engine} {release} to finish\n"))
         except InstallFailed as e:
             out.write(f"{engine} {release}: FAILED: {_safe(e)}\n")
             return EXIT_FINDINGS
-        out.write(f"{engine} {release}: installed and self-checked in {folder}\n")
+        out.write(f"{engine} {release}: {'installed' if fresh else 'already installed'} and self-checked in {folder}\n")
     return EXIT_OK
 
 
@@ -842,23 +843,41 @@ def _terminate(signum, frame):
     raise _Terminated(signum)
 
 
+def _handle_signals() -> None:
+    """SIGTERM and SIGHUP unwind as Ctrl-C (SIGINT) does: servers stopped, temporary folders removed. A
+    signal the process started with ignored stays ignored (`nohup` ignores SIGHUP; a shell without job
+    control starts `cmd &` with SIGINT ignored), so a terminal's hang-up or Ctrl-C does not end work put
+    in the background. SIGTTOU and SIGTTIN are ignored here and, inherited, in every child: work run
+    outside its terminal's foreground group (under `timeout`, with `&`, by a job system) that writes to
+    or sets the terminal goes on instead of stopping (it had stopped for good: timeout's SIGTERM and
+    SIGCONT woke it only for it to stop again writing that it was interrupted). The kit never reads the
+    terminal, and its children get no terminal as their input."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _terminate)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, Ctrl-C unwinds (servers stopped)
+    for signum in (signal.SIGTTOU, signal.SIGTTIN):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def main(argv=None) -> int:
     from .toolstate import keep_out_of_home
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # unwind as Ctrl-C does: servers stopped, temporary folders removed
-        signal.signal(signum, _terminate)
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, Ctrl-C unwinds (servers stopped)
+        _handle_signals()
         keep_out_of_home()  # the build area checked before any command uses it (toolstate.trusted)
         return args.run(args, sys.stdout)
     except UserError as e:
         sys.stderr.write(f"draftdoctor: error: {_safe(e)}\n")
         return EXIT_UNUSABLE
     except KeyboardInterrupt as e:
-        sys.stderr.write("draftdoctor: interrupted (anything half-written was removed)\n")
-        return 128 + e.args[0] if isinstance(e, _Terminated) else 130
+        signum = e.args[0] if isinstance(e, _Terminated) else signal.SIGINT
+        sys.stderr.write(f"draftdoctor: interrupted by {signal.Signals(signum).name} "
+                         "(anything half-written was removed)\n")
+        return 128 + signum
     except BrokenPipeError:
         return EXIT_OK
     except OSError as e:  # the file system refused something not caught where it happened: still one line

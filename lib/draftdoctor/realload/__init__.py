@@ -297,8 +297,8 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
         scratch = None  # the state folder is not private: the system's temporary folder, cleaned by the child
     try:
         proc = subprocess.Popen(command, env=dict(env, **({"TMPDIR": str(scratch)} if scratch else {})),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                preexec_fn=die_with_parent)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True, preexec_fn=die_with_parent)
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -12,4 +12,4 @@ from . import _child
 if __name__ == "__main__":
     engine, release, folder = sys.argv[1:]
     command, env = _child(engine, release, [], folder=Path(folder).resolve())
-    sys.exit(subprocess.run(command, env=env).returncode)
+    sys.exit(subprocess.run(command, env=env, stdin=subprocess.DEVNULL).returncode)

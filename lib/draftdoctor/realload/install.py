@@ -4,12 +4,23 @@ and `draftdoctor loaders install ENGINE==RELEASE` (an installed kit has no Makef
 The release's pin list (beside this package) is refused if it would bring torch, CUDA wheels or kernels
 (`RealLoaders.forbidden_pins`); installed `--no-deps --target` into the release's folder, beside the
 kit's own CPU torch; self-checked as every later check runs it (`python -m draftdoctor.realload`: the
-adapter fits, a tiny draft loads); only then is the ready marker written. Its files are then swapped for
-links to the store of what releases share (linkstore), as make does.
+adapter fits, a tiny draft loads); only then is the ready marker written, holding the pin list's digest.
+Its files are then swapped for links to the store of what releases share (linkstore), as make does.
+
+One install of a release at a time, whoever runs it: each holds the release's lock (`flock` on
+`<release>.lock` beside its folder) from before it looks at the folder until its marker is written. A
+second install waits for the first and then finds its folder finished for the same pin list, which it
+keeps: a finished install is never removed by another (two at once had removed one another's folder
+during the self-check). Only a folder no install finished for these pins (a dead install's leftovers,
+another pin list's) is replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -44,28 +55,62 @@ def pin_list(engine: str, release: str) -> Path:
     return pins
 
 
-def install(engine: str, release: str, folder: Path | None = None, link: bool = True) -> Path:
+def install(engine: str, release: str, folder: Path | None = None, link: bool = True,
+            waiting=None) -> tuple[Path, bool]:
     """Install `engine` `release`'s real loader into `folder` (default: its release folder) and return the
-    folder, ready (marker written) only if its self-check passed. A folder there before is replaced."""
+    folder, ready (marker written) only if its self-check passed, and whether this call installed it
+    (False: an install of the same pin list had finished there; it is kept). Under the release's lock;
+    `waiting()` is called once if another install holds it. Anything else in the folder is replaced."""
     pins = pin_list(engine, release)
     folder = trusted(folder or LOADERS[engine].folder(release), f"{LOADERS[engine].display}'s real loaders")
-    shutil.rmtree(folder, ignore_errors=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    log = folder.with_name(folder.name + ".log")
-    _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-          "--only-binary=:all:", "--no-compile", "--target", str(folder), "-r", str(pins)], log,
-         f"pip could not install {engine} {release}")
-    _run([sys.executable, "-m", "draftdoctor.realload", engine, release, str(folder)], log,
-         f"{engine} {release} installed, but its self-check failed (the folder is not marked ready)")
-    (folder / READY_MARKER).touch()
-    if link:
-        from .linkstore import link as link_files, prune
+    digest = "pins sha256 " + hashlib.sha256(pins.read_bytes()).hexdigest()
+    marker = folder / READY_MARKER
+    with _release_lock(folder, waiting):
+        if _text(marker) == digest:
+            marker.touch()  # make's target is the marker: newer than the pin list again
+            return folder, False
+        shutil.rmtree(folder, ignore_errors=True)
+        log = folder.with_name(folder.name + ".log")
+        _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+              "--only-binary=:all:", "--no-compile", "--target", str(folder), "-r", str(pins)], log,
+             f"pip could not install {engine} {release}")
+        _run([sys.executable, "-m", "draftdoctor.realload", engine, release, str(folder)], log,
+             f"{engine} {release} installed, but its self-check failed (the folder is not marked ready)")
+        marker.write_text(digest + "\n")
+        if link:
+            from .linkstore import link as link_files, prune
 
-        STORE.mkdir(parents=True, exist_ok=True)
-        prune(trusted(STORE, "the release store"))
-        link_files(STORE, folder)
-        (folder / LINKED_MARKER).touch()
-    return folder
+            STORE.mkdir(parents=True, exist_ok=True)
+            prune(trusted(STORE, "the release store"))
+            link_files(STORE, folder)
+            (folder / LINKED_MARKER).touch()
+    return folder, True
+
+
+@contextlib.contextmanager
+def _release_lock(folder: Path, waiting=None):
+    """The release's install lock, held for the block (released if the process dies): `<folder>.lock`
+    beside the folder, never opened through a link."""
+    fd = os.open(folder.with_name(folder.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _text(path: Path) -> str | None:
+    """A marker's text (stripped), None when there is none."""
+    try:
+        return path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
 
 
 def _run(command: list[str], log: Path, failure: str) -> None:
@@ -87,7 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-link", action="store_true", help="leave linking to the store to make's .linked rule")
     args = parser.parse_args(argv)
     try:
-        install(args.engine, args.release, args.folder, link=not args.no_link)
+        install(args.engine, args.release, args.folder, link=not args.no_link,
+                waiting=lambda: sys.stderr.write(f"waiting for another install of {args.engine} {args.release}\n"))
     except (UserError, InstallFailed) as e:
         sys.stderr.write(f"{e}\n")
         return 1

@@ -263,7 +263,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--engine", default=REFERENCE_DEFAULT_ENGINE, help="the SGLang release to emulate")
     p.add_argument("--loader", choices=["replay", "real"], default="replay")
+    p.add_argument("--listen-fd", type=int, default=None,
+                   help="serve on this inherited listening socket (the launcher's, bound to --port) instead of binding")
     return p
+
+
+def _http_server(args, handler) -> ThreadingHTTPServer:
+    """The HTTP server on `--listen-fd`'s socket (the port the launcher holds for it), else bound here."""
+    if args.listen_fd is None:
+        return ThreadingHTTPServer((args.host, args.port), handler)
+    import socket
+
+    server = ThreadingHTTPServer((args.host, args.port), handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = socket.socket(fileno=args.listen_fd)
+    server.server_address = server.socket.getsockname()[:2]
+    args.port = server.server_address[1]
+    server.server_activate()  # listen() again, with the server's own queue length
+    return server
 
 
 def main(argv=None) -> int:
@@ -306,7 +323,7 @@ def main(argv=None) -> int:
             f"{engine.context}: the memory budget is {human(engine.budget)} (${BUDGET_VARIABLE})")
     handler = type("BoundHandler", (Handler,), {"engine": engine})
     try:
-        server = ThreadingHTTPServer((args.host, args.port), handler)
+        server = _http_server(args, handler)
     except OSError as e:
         log(f"error: cannot bind {args.host}:{args.port}: {e}")
         return 1

@@ -9,8 +9,13 @@ own process group with its output in a log file. Readiness is the backend's heal
 answering 200 (`/health_generate`, vLLM's `/health`) or its ready log line, *and* the kernel saying
 that every socket listening on the port belongs to the server's process group (`listeners`): a port
 chosen here can be taken by another process before the server binds it, which would then answer in
-its place. Port 0 means "choose one": a chosen port found taken is given up for another (up to
-PORT_ATTEMPTS times); a port the user gave is refused by name. A process that exits is a crash, a log
+its place. Port 0 means "choose one". The kit's own server (the reference backend) is started on a
+listening socket the launcher already holds (`listen_fd_flag`): its port is never free for another
+process to take. A server that binds its own `--port` (vLLM, llama-server, SGLang, JupyterLab) gets a
+free port outside the kernel's ephemeral range (`choose_port`): the kernel hands ports of that range to
+every outbound connection and every bind to port 0 on the host, so on a busy host a port found free
+there by binding port 0 is soon someone's. A chosen port found taken all the same is given up for
+another (up to PORT_ATTEMPTS times); a port the user gave is refused by name. A process that exits is a crash, a log
 that stops growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in
 CUDA-graph capture); both errors carry the last log lines. `stop()` sends SIGTERM to the whole group,
 then SIGKILL.
@@ -112,6 +117,65 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+LINUX_EPHEMERAL = (32768, 60999)  # the kernel's default ip_local_port_range
+UNPRIVILEGED = 1024
+
+
+def ephemeral_range(proc: Path = Path("/proc/sys/net/ipv4")) -> tuple[int, int]:
+    """The ports the kernel picks itself (`ip_local_port_range`: for a bind to port 0 and for every
+    outbound connection), both ends included."""
+    try:
+        low, high = map(int, (proc / "ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return LINUX_EPHEMERAL
+    return low, high
+
+
+def reserved_ports(proc: Path = Path("/proc/sys/net/ipv4")) -> set[int]:
+    """Ports the administrator reserved for known services (`ip_local_reserved_ports`: "8080,9000-9010")."""
+    found = set()
+    try:
+        text = (proc / "ip_local_reserved_ports").read_text().strip()
+    except OSError:
+        return found
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        if low.strip().isdigit() and (high or low).strip().isdigit():
+            found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+def choose_port(host: str = "127.0.0.1", tries: int = 200) -> int:
+    """A port free now on `host` for a server that binds its own `--port`: drawn at random from the
+    unprivileged ports outside the kernel's ephemeral range and its reserved ports, which only a process
+    that names the port can take. Where the ephemeral range leaves none, a port the kernel picks."""
+    import random
+
+    low, high = ephemeral_range()
+    ports = [*range(UNPRIVILEGED, max(low, UNPRIVILEGED)), *range(max(high + 1, UNPRIVILEGED), 65536)]
+    reserved, draw = reserved_ports(), random.SystemRandom()
+    for _ in range(tries if ports else 0):
+        port = draw.choice(ports)
+        if port not in reserved and port_is_free(host, port):
+            return port
+    return free_port(host)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `port` on `host` (0: one the kernel picks) and listening, for a server to inherit:
+    held from the moment its port is known, so no other process can take it (it binds and listens at
+    once: two sockets with SO_REUSEADDR may share a port until one listens). OSError if the port is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server would: a TIME_WAIT port is fine
+        sock.bind((host, port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def tail(path: Path, lines: int = 20, offset: int = 0) -> list[str]:
     """The last `lines` lines of `path` written after byte `offset`."""
     try:
@@ -144,13 +208,17 @@ class Server:
 
     `argv` is the command, or a function of the port that gives it; with a function, port 0 means a
     free port chosen at start (and another one when a process takes it before the server binds it).
+    `listen_fd_flag`: the server's flag taking a listening socket it inherits (its number follows the
+    flag): the launcher binds the port itself and passes the socket, so the port is never free.
     """
 
     def __init__(self, argv, log_path, host: str, port: int, env: dict | None = None,
                  ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2,
-                 health_path: str = sglang.HEALTH_PATH, ready_line: str = READY_LINE):
+                 health_path: str = sglang.HEALTH_PATH, ready_line: str = READY_LINE,
+                 listen_fd_flag: str | None = None):
         if port == 0 and not callable(argv):
             raise ValueError("port 0 (choose one) needs argv as a function of the port")
+        self.listen_fd_flag = listen_fd_flag
         self.command, self.log_path = argv, Path(log_path)
         self.health_path, self.ready_line = health_path, ready_line
         self.host, self.port, self.env = host, port, env
@@ -171,8 +239,16 @@ class Server:
 
     def start(self) -> "Server":
         self.attempts += 1
-        if self.chosen_port:
-            self.port = free_port(self.host)
+        held = None
+        if self.listen_fd_flag:
+            try:
+                held = listening_socket(self.host, 0 if self.chosen_port else self.port)
+            except OSError as e:
+                raise PortBusy(f"port {self.port} on {self.host} cannot be bound ({e.strerror}); pick another with "
+                               f"--port") from None
+            self.port = held.getsockname()[1]
+        elif self.chosen_port:
+            self.port = choose_port(self.host)
         elif not port_is_free(self.host, self.port):
             raise PortBusy(f"port {self.port} on {self.host} is already in use; pick another with --port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,10 +260,14 @@ class Server:
             # server's start when the kit was killed
             self.scratch = self.scratch or _server_scratch()
             env = dict(self.env if self.env is not None else os.environ, PYTHONSAFEPATH="1", TMPDIR=str(self.scratch))
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=env, preexec_fn=die_with_parent)
+            argv = self.argv + ([self.listen_fd_flag, str(held.fileno())] if held else [])
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, env=env, preexec_fn=die_with_parent,
+                                            pass_fds=(held.fileno(),) if held else ())
         finally:
             log.close()
+            if held is not None:
+                held.close()  # the server's own now: the listener proof wants it held by the server's group alone
         return self
 
     def holder(self) -> str:

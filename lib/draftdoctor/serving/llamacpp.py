@@ -65,7 +65,8 @@ def require() -> None:
 
 def version() -> str:
     """The build's own version line, e.g. 'version: 0.5.0-dev (build 1, commit 0c1e570)'."""
-    out = subprocess.run([str(SERVER), "--version"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([str(SERVER), "--version"], capture_output=True, text=True, timeout=30,
+                         stdin=subprocess.DEVNULL)
     return next((line for line in (out.stdout + out.stderr).splitlines() if line.startswith("version")), "unknown")
 
 
@@ -106,7 +107,7 @@ def convert(model_dir, target_dir=None, timeout: float = 600.0) -> Path:
     env = dict(os.environ, **CHILD_ENV)
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                              preexec_fn=die_with_parent)
+                              stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         if proc.returncode != 0:
             said = [line for line in proc.stderr.strip().splitlines() if line.strip()]
             raise ConversionFailed(f"llama.cpp's converter refused {model_dir}: {said[-1] if said else proc.returncode}")

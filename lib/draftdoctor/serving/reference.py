@@ -15,6 +15,7 @@ from . import sglang
 from .sglang import launch_args
 
 ROW = BACKENDS["reference"]
+LISTEN_FD_FLAG = "--listen-fd"  # reference.server's: the listening socket it inherits
 DEFAULT_ENGINE = ROW.default_engine  # the release it emulates unless told
 
 
@@ -25,9 +26,10 @@ def command(config, engine=None, loader: str | None = None, python: str | None =
 
 
 def launch(config, engine=None, loader: str | None = None):
-    """SGLang's readiness: the reference server answers its health path and prints its ready line."""
+    """SGLang's readiness: the reference server answers its health path and prints its ready line. It
+    serves on a listening socket the launcher holds and passes (`--listen-fd`), never a port of its own."""
     return (lambda port: command(replace(config, port=port), engine, loader)), {
-        "health_path": sglang.HEALTH_PATH, "ready_line": sglang.READY_LINE}
+        "health_path": sglang.HEALTH_PATH, "ready_line": sglang.READY_LINE, "listen_fd_flag": LISTEN_FD_FLAG}
 
 
 def refusal(config, engine=None, loader: str | None = None) -> str | None:

@@ -136,7 +136,7 @@ def installed_release(python: str = sys.executable) -> str | None:
     import subprocess
 
     probe = "import importlib.metadata as m; print(m.version('sglang'))"
-    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
