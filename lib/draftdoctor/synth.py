@@ -292,6 +292,52 @@ def write_mla_draft(folder, drop: tuple[str, ...] = (), shape: DraftShape = Draf
     return edit_config(folder, **(config or {}))
 
 
+def write_mtp_target(folder, hidden: int = 64, heads: int = 2, intermediate: int = 128, vocab: int = 128,
+                     kv_lora_rank: int = 32, qk_nope_head_dim: int = 32, qk_rope_head_dim: int = 16,
+                     v_head_dim: int = 32) -> Path:
+    """A tiny DeepSeek-V3 target with one decoder layer and one MTP layer (`num_nextn_predict_layers`:
+    `model.layers.1.*` carries enorm, hnorm, eh_proj, shared_head and a decoder layer), dense (no expert
+    layer), MLA with q_proj: what vLLM's `--speculative-config '{"method": "mtp"}'` serves its MTP head from."""
+    H, nh, I = hidden, heads, intermediate
+    nope, rope, v = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+
+    def t(*dims):
+        return ("F16", dims)
+
+    def layer(i):
+        L = f"model.layers.{i}."
+        return {f"{L}input_layernorm.weight": t(H), f"{L}post_attention_layernorm.weight": t(H),
+                f"{L}self_attn.q_proj.weight": t(nh * (nope + rope), H),
+                f"{L}self_attn.kv_a_proj_with_mqa.weight": t(kv_lora_rank + rope, H),
+                f"{L}self_attn.kv_a_layernorm.weight": t(kv_lora_rank),
+                f"{L}self_attn.kv_b_proj.weight": t(nh * (nope + v), kv_lora_rank),
+                f"{L}self_attn.o_proj.weight": t(H, nh * v),
+                f"{L}mlp.gate_proj.weight": t(I, H), f"{L}mlp.up_proj.weight": t(I, H),
+                f"{L}mlp.down_proj.weight": t(H, I)}
+
+    mtp = "model.layers.1."
+    tensors = {"model.embed_tokens.weight": t(vocab, H), **layer(0), "model.norm.weight": t(H),
+               "lm_head.weight": t(vocab, H), **layer(1), f"{mtp}enorm.weight": t(H), f"{mtp}hnorm.weight": t(H),
+               f"{mtp}eh_proj.weight": t(H, 2 * H), f"{mtp}shared_head.norm.weight": t(H),
+               f"{mtp}shared_head.head.weight": t(vocab, H), f"{mtp}embed_tokens.weight": t(vocab, H)}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_shards(folder, tensors, 1)
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": H,
+        "intermediate_size": I, "moe_intermediate_size": I, "num_attention_heads": nh, "num_key_value_heads": nh,
+        "num_hidden_layers": 1, "num_nextn_predict_layers": 1, "first_k_dense_replace": 8, "n_routed_experts": 4,
+        "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "moe_layer_freq": 1,
+        "q_lora_rank": None, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+        "v_head_dim": v, "vocab_size": vocab, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 2048,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
 HEADER_ONLY_FORMAT = "draftdoctor-header-only/1"
 
 

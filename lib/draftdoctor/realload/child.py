@@ -249,7 +249,9 @@ def main(argv=None):
         if args.load_only:
             for checkpoint in args.checkpoints:
                 try:
-                    load_only(adapter, server_args, Path(checkpoint).resolve())
+                    # a folder by its real path, as SGLang's launcher resolves it; anything else (a hub id) as given
+                    load_only(adapter, server_args, Path(checkpoint).resolve() if Path(checkpoint).exists()
+                              else checkpoint)
                 except SystemExit as exc:  # a hook ended the load (the guard's refusal): its status, cleaned up
                     return exc.code
                 except Exception:  # SGLang's own refusal of the draft, as a server would log it

