@@ -102,7 +102,9 @@ def run(command: list[str], reports_folder: str) -> tuple[int, bool]:
 
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # from here on, each arrives at sigwaitinfo
     try:
-        child = subprocess.Popen(command, env=environment(reports_folder=reports_folder), preexec_fn=in_the_child)
+        # a server reads no input: never the terminal's (a background job would be stopped reading it)
+        child = subprocess.Popen(command, env=environment(reports_folder=reports_folder), preexec_fn=in_the_child,
+                                 stdin=subprocess.DEVNULL)
         stopped = False
         while (code := child.poll()) is None:
             info = signal.sigwaitinfo(blocked)
