@@ -98,12 +98,13 @@ def test_reference_backend_weights_are_the_same_with_the_real_loader():
 
     torch = pytest.importorskip("torch")
     from draftdoctor.reference.llama import TargetModel
-    from draftdoctor.reference.loading import load_for_engine
+    from draftdoctor.diagnose import check
+    from draftdoctor.reference.loading import place
 
     require_release("0.5.10")
     demo = Path(__file__).resolve().parents[1] / "data" / "demo"
     target = TargetModel.from_dir(demo / "target")
-    real = load_for_engine(demo / "draft-story", "sglang==0.5.10", target, loader="real")
-    played = load_for_engine(demo / "draft-story", "sglang==0.5.10", target, loader="replay")
+    real = place(check(demo / "draft-story", "sglang==0.5.10", loader="real"), target)
+    played = place(check(demo / "draft-story", "sglang==0.5.10", loader="replay"), target)
     assert real.written == played.written and len(real.written) == 4
     assert all(torch.equal(real.draft.params[k], played.draft.params[k]) for k in played.draft.params)

@@ -64,8 +64,9 @@ def test_the_reference_backend_says_it_computes_only_the_llama_class(drafts, nam
     from pathlib import Path
 
     from draftdoctor.reference.llama import TargetModel
-    from draftdoctor.reference.loading import LoadRefused, load_for_engine
+    from draftdoctor.diagnose import check
+    from draftdoctor.reference.loading import LoadRefused, place
 
     target = TargetModel.from_dir(Path(__file__).resolve().parents[1] / "data" / "demo" / "target")
     with pytest.raises(LoadRefused, match="computes the Llama EAGLE-3 draft only"):
-        load_for_engine(drafts[name], engine, target)
+        place(check(drafts[name], engine), target)

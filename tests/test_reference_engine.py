@@ -24,7 +24,14 @@ from draftdoctor.reference.engine import (  # noqa: E402
 )
 from draftdoctor.engines import resolve_engine  # noqa: E402
 from draftdoctor.reference.llama import KVCache, TargetModel, load_safetensors_dir  # noqa: E402
-from draftdoctor.reference.loading import LoadRefused, load_for_engine  # noqa: E402
+from draftdoctor.diagnose import check  # noqa: E402
+from draftdoctor.reference.loading import LoadRefused, place  # noqa: E402
+
+
+def load_for_engine(draft, engine, target, loader="replay"):
+    """The draft `engine` serves from `draft`, as `check` diagnoses it and the reference places it."""
+    return place(check(draft, engine, loader=loader), target)
+
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 F64 = torch.float64

@@ -174,7 +174,7 @@ def cmd_check(args, out) -> int:
     from .diagnose import check
     from .tables import shape_texts
 
-    report = check(args.path, args.engine, loader=args.loader, target=args.target)
+    report = check(args.path, args.engine, loader=args.loader, target=args.target, predict=_prediction(args))
     warned = any(f.severity == "warning" for f in report.findings)
     status = EXIT_FINDINGS if report.errors or (args.strict and warned) else EXIT_OK
     if args.format == "json":
@@ -208,7 +208,7 @@ def cmd_fix(args, out) -> int:
     from .tables import human_bytes
 
     plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader,
-                    head_from_target=args.head_from_target)
+                    head_from_target=args.head_from_target, predict=_prediction(args))
     refused = plan.refusal(args.allow_lossy)
     if args.plan:
         if args.format == "json":
@@ -474,12 +474,18 @@ def cmd_bench(args, out) -> int:
         for line in e.log_tail[-12:]:
             sys.stderr.write(f"    {_safe(line)}\n")
         return EXIT_FINDINGS
-    _table([(r.result.name, _number(r.result.accept_length), _number(r.result.accept_rate),
+    _table([(r.result.name, _number(r.result.accept_length),
+             _number(r.predicted.accept_length) if r.predicted else "-", _number(r.result.accept_rate),
              _number(r.result.tokens_per_s, 1), len(r.result.requests)) for r in runs],
-           ["draft", "accept length", "strict accept rate", "tokens/s", "requests"], out)
+           ["draft", "accept length", "predicted", "strict accept rate", "tokens/s", "requests"], out)
     out.write("\n")
-    for r in runs:  # what each number means, read with check's verdict on the same draft
-        out.write(f"{_safe(r.result.name)}: {_safe(r.explanation)}\n")
+    notes = []
+    for r in runs:  # what each number means, read with check's verdict on the same draft; a shared remark once
+        line, note = r.explained()
+        out.write(f"{_safe(r.result.name)}: {_safe(line)}\n")
+        if note and note not in notes:
+            notes.append(note)
+    out.write("".join(f"\n{_safe(note)}\n" for note in notes))
     out.write(f"\n{label}; results: {args.out}/results.json, charts: acceptance.png, per_position.png, throughput.png\n")
     return EXIT_OK
 
@@ -714,13 +720,40 @@ def _inspect_arguments(p) -> None:
 def _check_arguments(p) -> None:
     p.add_argument("path")
     p.add_argument("--engine", required=True, help="e.g. sglang==0.5.10, sglang (newest known), vllm")
-    p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it")
+    p.add_argument("--target", help="the target model's folder (or config.json): check the draft fits it; with its "
+                                    "weights, run the loaded draft on it and predict its acceptance")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1), e.g. for a CI gate")
+    _prediction_arguments(p)
     _loader_argument(p, "real: the release's own loader on CPU (`make sglang-loaders`, `make vllm-loaders`, `make "
                         "llamacpp` install them; a warm worker answers in about a second after the first call); "
                         "replay: the engine profile (instant, every release); auto (default): real where that "
                         "release is installed, else replay. The report says which ran")
     p.add_argument("--format", choices=["text", "json"], default="text")
+
+
+def _prediction_arguments(p) -> None:
+    """The prediction of acceptance (`predict.PredictionSpec`): with a --target folder holding weights."""
+    p.add_argument("--no-predict", action="store_true", help="names, configs and values only: do not run the draft "
+                                                               "on the target (the prediction takes seconds)")
+    p.add_argument("--prompts", help="prompts for the prediction (.jsonl of {\"prompt\": ...}; default: the demo's)")
+    p.add_argument("--num-prompts", type=_positive_int, default=None, help="prompts the prediction runs (default 16)")
+    p.add_argument("--new-tokens", type=_positive_int, default=None,
+                   help="tokens of the target's continuation per prompt (default 64)")
+    p.add_argument("--num-steps", type=_positive_int, default=None, help="draft tokens per verify step (default 4)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the target runs for the prediction (cuda: over the GPUs torch sees, by "
+                        "transformers' device_map=auto; needs accelerate)")
+
+
+def _prediction(args):
+    """What the command's --target and prediction flags ask for: a PredictionSpec, or False."""
+    if args.no_predict or not args.target:
+        return False
+    from .diagnose import prediction_spec
+
+    spec = prediction_spec(args.target, prompts=args.prompts, num_prompts=args.num_prompts,
+                           new_tokens=args.new_tokens, num_steps=args.num_steps, device=args.device)
+    return spec or True
 
 
 def _loader_argument(p, help_text: str) -> None:
@@ -746,6 +779,7 @@ def _fix_arguments(p) -> None:
                         "cannot do it")
     _loader_argument(p, "which loader verifies the written draft, as `check --loader` (the plan is always "
                         "replayed: it exists only as headers until written)")
+    _prediction_arguments(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
 
 

@@ -69,6 +69,7 @@ class CoverageReport:
     params: list[ParamStatus]
     keys: list[KeyStatus]
     findings: list[F.Finding]
+    prediction: object = None  # a `predict.Prediction` when `check` had a target to run the draft on
 
     @property
     def errors(self) -> list[F.Finding]:
@@ -114,6 +115,7 @@ class CoverageReport:
                 "keys": [asdict(k) for k in self.keys],
             },
             "findings": [asdict(f) for f in self.findings],
+            "prediction": self.prediction.to_dict() if self.prediction is not None else None,
         }
 
     def loading_report(self) -> list[dict]:
@@ -240,16 +242,21 @@ def verdict(report: CoverageReport) -> str:
             f"{what} left at initial values ({len(missing)} of {len(report.params)} parameters, "
             f"{_mb(report.bytes_uninitialized)} of {_mb(report.bytes_needed)})"
         )
-        if layer:
+        if report.prediction is not None:
+            line += f": {report.prediction.text().split(' (')[0]}"
+        elif layer:
             line += ": expect accept length near 1.00 (no draft token accepted)"
         return line + ("; and the config is unreadable" if config else "")
     if config:
         written = "every parameter is written, but " if report.params else ""
         return f"{written}the server will not start: {config[0].message}"
+    predicted = report.prediction.text().split(" (")[0] if report.prediction is not None else None
     untrained = [f for f in report.findings if f.code == "weights-at-init" and f.severity == F.ERROR]
     if untrained:  # the names load; the values do not carry the training (draftdoctor.values)
-        return (f"names load, but {untrained[0].message.split(': ', 1)[0]}: expect accept length a little above 1 "
-                "(the draft runs but predicts little)")
+        return (f"names load, but {untrained[0].message.split(': ', 1)[0]}: "
+                + (predicted or "expect accept length a little above 1 (the draft runs but predicts little)"))
+    if any(f.code == "no-acceptance-predicted" for f in report.findings):
+        return f"names load, but the draft as loaded predicts nothing: {predicted} (its values carry no training the engine can use)"
     errors = [f for f in report.findings if f.severity == F.ERROR]
     if errors:
         more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
@@ -263,6 +270,7 @@ def verdict(report: CoverageReport) -> str:
         f"loads cleanly: {len(report.params) - shared - identity} of {len(report.params)} parameters written"
         + (f" ({'; '.join(notes)})" if notes else "")
         + ", every tensor placed"
+        + (f"; {report.prediction.text().split(' (')[0]}" if report.prediction is not None else "")
         + (f"; {warnings} warning(s) to read" if warnings else "")
     )
 

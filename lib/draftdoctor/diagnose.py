@@ -4,7 +4,9 @@ beyond names. `diagnose` is the one verdict every command and notebook asks for:
 
 It sits above the replay (`coverage`), the real loader (`realcheck`), the other checks (`checks`) and
 the values (`values`: tensors still at initial values, judged by what this engine serves with), which
-know nothing of each other; the checkpoint is opened once.
+know nothing of each other; the checkpoint is opened once. Given a target with weights, it also runs
+the loaded draft on the target (`predict`), and the prediction outranks the value rules: a tensor that
+looks untrained is an error only while the prediction does not say the draft works.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from .checks import draft_checks, read_target_config
 from .coverage import CoverageReport, draft_dims
 from .replay import replay
 from .engines import resolve_engine
+from .predict import PredictionSpec
 from .realcheck import RealCheckError, real_check
 from .values import scan, value_findings
 
@@ -22,11 +25,15 @@ LOADERS = ("auto", "replay", "real")
 # findings after which a server starts and then fails at the first draft step, or serves a draft
 # built for another target: `bench` and `investigate` stop before launching on them
 MISFIT_CODES = ("target-mismatch", "aux-layer-uncapturable")
+# what the value rules say (draftdoctor.values): evidence the prediction outranks
+VALUE_CODES = ("weights-at-init", "nan-weights")
 
 
-def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_config: dict | None = None) -> CoverageReport:
+def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_config: dict | None = None,
+             prediction: PredictionSpec | None = None) -> CoverageReport:
     """The coverage report of `engine` (an Engine, or a spec) loading the open `checkpoint`, plus the
-    checks beyond names (draftdoctor.checks), against the target's config when one is given."""
+    checks beyond names (draftdoctor.checks), against the target's config when one is given, plus the
+    predicted acceptance when `prediction` says with which target and prompts."""
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     engine = resolve_engine(engine)
@@ -44,7 +51,32 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
         report = replay(checkpoint, engine)
     report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
     report.findings += value_findings(scan(checkpoint, dims.vocab_size, dims.draft_vocab_size), report)
+    if prediction is not None:
+        _predict(report, prediction, checkpoint)
     return report
+
+
+def _predict(report: CoverageReport, spec: PredictionSpec, checkpoint: Checkpoint) -> None:
+    """Run the loaded draft on the target (`predict`) and let what it does outrank what the value rules
+    say: a draft predicted to work has its value errors said as warnings; one predicted to accept nothing
+    gets the prediction's error beside them."""
+    from .predict import PredictionUnavailable, findings, predict
+
+    misfit = [f for f in report.errors if f.code in MISFIT_CODES]
+    if misfit:  # its ids or sizes are not the target's: nothing to run it on
+        report.findings.append(F.finding("not-checked", f"no prediction of acceptance: the draft does not fit the "
+                                                        f"target ({misfit[0].code})", severity=F.INFO))
+        return
+    try:
+        report.prediction = predict(report, spec, checkpoint)
+    except PredictionUnavailable as e:
+        report.findings.append(F.finding("not-checked", f"no prediction of acceptance: {e}", severity=F.INFO))
+        return
+    if not report.prediction.predicts_nothing:
+        report.findings = [F.Finding(f.code, F.WARNING, f"{f.message} (yet the draft as loaded is predicted to work: "
+                                                          f"{report.prediction.text().split(' (')[0]})")
+                           if f.code in VALUE_CODES and f.severity == F.ERROR else f for f in report.findings]
+    report.findings += findings(report.prediction, report)
 
 
 def chosen_loader(engine, loader: str) -> str:
@@ -57,15 +89,33 @@ def chosen_loader(engine, loader: str) -> str:
     return "real" if engine.name in REAL and engine.release in installed_releases(engine.name) else "replay"
 
 
-def check(path, engine, loader: str = "replay", target=None) -> CoverageReport:
+def check(path, engine, loader: str = "replay", target=None, predict: bool | PredictionSpec = True) -> CoverageReport:
     """`diagnose` of the checkpoint at `path`, against the target at `target` (folder or config.json).
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed);
     "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`
     or `make vllm-loaders`); "auto": real where that release is installed, else replay (the CLI's default).
+    `predict`: run the loaded draft on a target folder with weights (the demo's prompts), or with the
+    given `PredictionSpec`; False: names, configs and values only.
     """
     target_config = read_target_config(target) if target is not None else None
-    return diagnose(open_checkpoint(path), engine, loader, target_config)
+    spec = predict if isinstance(predict, PredictionSpec) else prediction_spec(target) if predict else None
+    report = diagnose(open_checkpoint(path), engine, loader, target_config, spec)
+    if predict and spec is None and target is not None:
+        report.findings.append(F.finding("not-checked", f"no prediction of acceptance: {target} holds no weights to run "
+                                                        "the target on (give the target's folder)", severity=F.INFO))
+    return report
+
+
+def prediction_spec(target, **given) -> PredictionSpec | None:
+    """What a prediction with `target` runs (`given`: PredictionSpec's fields), or None when `target` is not
+    a folder holding weights (a config.json alone)."""
+    from pathlib import Path
+
+    folder = Path(target) if target is not None else None
+    if folder is None or not folder.is_dir() or not (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))):
+        return None
+    return PredictionSpec(folder, **{k: v for k, v in given.items() if v is not None})
 
 
 def misfits(path, engine, target) -> list[F.Finding]:

@@ -43,23 +43,35 @@ def meaning(rate: float) -> Range:
 
 
 def explain(accept_length: float | None, rate: float | None, verdict: str | None = None,
-            errors: tuple[str, ...] = ()) -> str:
-    """One sentence: the accept length, what its range means, and what the verdict says about why.
-    `errors`: the error finding codes of the same draft's diagnosis."""
+            errors: tuple[str, ...] = (), predicted=None) -> str:
+    """One sentence: the accept length, what its range means, what the verdict says about why, and what
+    was predicted before serving. `errors`: the error finding codes of the same draft's diagnosis;
+    `predicted`: its `predict.Prediction`, if one was made."""
+    line, note = explain_parts(accept_length, rate, verdict, errors, predicted)
+    return line + (f". {note}" if note else "")
+
+
+def explain_parts(accept_length: float | None, rate: float | None, verdict: str | None = None,
+                  errors: tuple[str, ...] = (), predicted=None) -> tuple[str, str | None]:
+    """`explain` in two parts: the draft's own sentence, and a remark that holds alike for every draft in
+    its situation (what the demo measured in that range; where to look when nothing was found), which a
+    list of drafts says once."""
     if accept_length is None or rate is None:
-        return "not measured"
+        return "not measured", None
     found = meaning(rate)
     head = f"accept length {accept_length:.2f} (strict rate {rate:.2f}): {found.meaning}"
+    if predicted is not None and "predicted accept length" not in (verdict or ""):  # the verdict may say it already
+        head += f" (predicted before serving: {predicted.accept_length:.2f} ± {predicted.accept_length_se:.2f})"
     if found.upto == float("inf"):
-        return head + (f"; yet check says: {verdict}" if errors else "")
+        return head + (f"; yet check says: {verdict}" if errors else ""), None
     if not verdict:
-        return head + f" (on the demo: {found.measured})"
+        return head, f"On the demo, {found.meaning}: {found.measured}"
     if errors:
-        return head + f"; check says why: {verdict}"
-    return (head + ", although check finds no error: the engine loads what is written, so the cause is in the "
-            "written values or in what no check sees "
-            "(the value findings list tensors at initial values; `draftdoctor compare TRAINED THIS` shows which "
-            f"tensors differ from the training output). On the demo: {found.measured}")
+        return head + f"; check says why: {verdict}", None
+    return (head + ", although check finds no error", "Where check finds no error and the draft accepts little, the "
+            "engine loads what is written, so the cause is in the written values or in what no check sees (the "
+            "value findings list tensors at initial values; `draftdoctor compare TRAINED THIS` shows which "
+            f"tensors differ from the training output). On the demo, {found.meaning}: {found.measured}")
 
 
 def same_draft(fix_record: dict | None) -> bool:

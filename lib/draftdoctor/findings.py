@@ -85,6 +85,22 @@ CODES = {
         "nothing about the weights was checked",
         "`draftdoctor check --loader real`: the engine release's own loader, run here",
     ),
+    # --- what the loaded draft does (draftdoctor.predict) ---
+    "predicted-acceptance": Code(
+        INFO,
+        "the accept length the draft is predicted to get, loaded as the engine release loads it and run on the "
+        "target's own greedy continuations of a few prompts (teacher-forced), with its sampling error",
+        "nothing to do; compare it with what `draftdoctor bench` measures",
+    ),
+    "no-acceptance-predicted": Code(
+        ERROR,
+        "loaded as the engine release loads it and run on the target's own greedy continuations, the draft "
+        "predicts essentially nothing: an accept length a draft without a trained decoder layer reaches. Its "
+        "names may all load; its values carry no training the engine can use (re-drawn, transposed, "
+        "non-finite, a permuted vocabulary map, the wrong aux layers, ...)",
+        "compare it with the training output (`draftdoctor compare TRAINED THIS` names the tensors that differ "
+        "and how) and re-export from it; no rewrite of names or config restores values",
+    ),
     # --- beyond names (draftdoctor.checks) ---
     "not-checked": Code(
         INFO,

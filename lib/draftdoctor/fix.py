@@ -39,7 +39,8 @@ from .checks import OPTION_CODES, read_target_config
 from .coverage import CoverageReport, draft_dims
 from .replay import unmodelled_class
 from .provenance import recognise
-from .diagnose import diagnose
+from .diagnose import diagnose, prediction_spec
+from .predict import PredictionSpec
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
 from .renames import choose
@@ -117,6 +118,8 @@ class FixPlan:
     # which loader verifies the written draft (diagnose.LOADERS); the plan itself is always replayed:
     # a renamed checkpoint that exists only as headers is nothing an engine's own loader can read
     loader: str = "replay"
+    # what the prediction of acceptance runs (a target with weights), for the plan and the verification alike
+    prediction: PredictionSpec | None = field(repr=False, default=None)
 
     @property
     def renamed(self) -> list[TensorMove]:
@@ -221,13 +224,16 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
 
 
 
-def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target: bool = False) -> FixPlan:
+def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target: bool = False,
+             predict: bool | PredictionSpec = True) -> FixPlan:
     """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
     'sglang==0.5.10'), from headers alone; `target` (folder or config.json): the target it serves with,
-    for the checks that need it. `head_from_target`: the config remedy for a draft without lm_head
+    for the checks that need it, and with weights, for the prediction of acceptance (`predict` as for
+    `diagnose.check`). `head_from_target`: the config remedy for a draft without lm_head
     (`head_from_target_change`), applied only where it is safe, else FixError."""
     engine = resolve_engine(engine)
     target_config = read_target_config(target) if target is not None else None
+    prediction = predict if isinstance(predict, PredictionSpec) else prediction_spec(target) if predict else None
     ckpt = open_checkpoint(src)
     provenance = recognise(ckpt.keys(), ckpt.config if isinstance(ckpt.config, dict) else None)
     draft_class = provenance.draft_class
@@ -262,7 +268,7 @@ def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target:
                         renaming.reasons[t.name])
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
     predicted = diagnose(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine,
-                         target_config=target_config)
+                         target_config=target_config, prediction=prediction)
     if unmodelled is not None:  # the rewritten config names a modelled class: the rest is guesswork
         predicted.findings.insert(0, unmodelled)
     if engine.class_row(draft_class) is None:
@@ -274,7 +280,7 @@ def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target:
     found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
     found += _collisions(moves)
     return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
-                   rewrite, _other_files(ckpt), predicted, found, target_config, loader)
+                   rewrite, _other_files(ckpt), predicted, found, target_config, loader, prediction)
 
 
 def head_from_target_change(ckpt: Checkpoint, config: dict, profile, target_config: dict | None) -> ConfigChange:
@@ -539,6 +545,7 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mis
     problems += [f"{name}: in DST's headers but not planned" for name in sorted(extra)]
     if written.config != plan.config.config:
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
-    coverage = diagnose(written, plan.engine, plan.loader, target_config=plan.target_config)
+    coverage = diagnose(written, plan.engine, plan.loader, target_config=plan.target_config,
+                        prediction=plan.prediction)
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage,
                         LOSS_CODES if allow_lossy else ())

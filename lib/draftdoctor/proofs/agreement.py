@@ -77,11 +77,12 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
 
     from ..reference.acceptance import one_thread
     from ..reference.llama import TargetModel
-    from ..reference.loading import load_for_engine
+    from ..diagnose import check
+    from ..reference.loading import place
 
     engine = resolve_engine(engine)
     target = TargetModel.from_dir(Path(target_dir), torch.float32)
-    loaded = load_for_engine(draft_dir, engine, target)
+    loaded = place(check(draft_dir, engine), target)
     eos = eos_token_id(target_dir)
     with one_thread():
         results = [loaded.speculate(target, ids, max_new_tokens, num_steps, eos) for ids in prompts]

@@ -27,7 +27,7 @@ import torch
 from draftdoctor.reference.draft import EagleDraft
 from draftdoctor.reference.engine import GenerateResult
 from draftdoctor.reference.llama import TargetModel
-from draftdoctor.reference.loading import LoadedDraft, LoadRefused, load_for_engine
+from draftdoctor.reference.loading import LoadedDraft, LoadRefused, place
 
 
 @dataclass
@@ -97,7 +97,9 @@ def run_prompts(target: TargetModel, loaded: LoadedDraft, prompts: list[list[int
 def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]], max_new_tokens: int,
             num_steps: int, loader: str = "replay", eos_token_id: int | None = None) -> tuple[int, Measurement]:
     """(parameters written, Measurement) of `draft_dir` served by `engine`; LoadRefused if it would not start."""
-    loaded = load_for_engine(draft_dir, engine, target, loader=loader)
+    from draftdoctor.diagnose import check
+
+    loaded = place(check(draft_dir, engine, loader=loader), target)
     return len(loaded.written), run_prompts(target, loaded, prompts, max_new_tokens, num_steps, eos_token_id=eos_token_id)
 
 

@@ -152,7 +152,7 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
     from draftdoctor.reference.engine import CaptureMismatch
     from draftdoctor.reference.llama import TargetModel
-    from draftdoctor.reference.loading import load_for_engine
+    from draftdoctor.reference.loading import place
 
     data_dir, workdir, engine = Path(data_dir), Path(workdir), f"sglang=={release}"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +164,7 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
         report = check(draft_dir, engine, target=data_dir / "target")
         result = CaseResult(case, draft_dir, [f for f in report.findings if f.severity in (F.ERROR, F.WARNING)],
                             auxids.find(json.loads((draft_dir / "config.json").read_text())))
-        loaded = load_for_engine(draft_dir, engine, target)
+        loaded = place(report, target)
         result.capture = loaded.capture
         draft = loaded.draft.with_norm_before_residual() if case.as_trained else loaded.draft
         try:

@@ -172,6 +172,10 @@ class TargetModel:
     def embed(self) -> torch.Tensor:
         return self.w["model.embed_tokens.weight"]
 
+    @property
+    def head(self) -> torch.Tensor:
+        return self.w["lm_head.weight"]
+
     def forward_bytes(self, tokens: int) -> int:
         """An upper bound on the memory one `forward` of `tokens` new tokens allocates: per layer, the
         causal mask (built as t x t bools, then a float copy) and the attention scores and their softmax

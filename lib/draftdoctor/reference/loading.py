@@ -11,6 +11,10 @@ aux layers, chain positions, norm_before_residual where the engine computes it.
 
 A load the engine would refuse (unreadable config, loader crash, shape mismatch) raises
 `LoadRefused` with the engine's own message, so the reference server refuses it too.
+
+`place` takes the diagnosis `check` made (so this module sits below `diagnose`, whose prediction runs
+the placed draft) and a target that lends its dtype, its layer count and the tensors the engine takes
+from it (`embed`, `head`): the reference Llama, or the recorded transformers target of a prediction.
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ import torch
 from ..checkpoint import open_checkpoint
 from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims
 from ..replay import replay
-from ..diagnose import check
 from ..engines import parameters, resolve_engine
 from ..statuses import ParamFate
 from .draft import EagleDraft, build_draft, initial_value
-from .llama import TargetModel, load_safetensors_dir
+from .llama import TargetModel
 
 REFUSING_CODES = ("config-unreadable", "loader-crash", "shape-mismatch", "replay-not-modelled")
 # speculators' draft options the reference draft does not compute (norm_before_residual it does)
@@ -56,14 +59,16 @@ class LoadedDraft:
                                     drafts_within_budget=self.drafts_within_budget)
 
 
-def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "replay") -> LoadedDraft:
-    """Build the draft `engine` (an Engine or spec) would run from `draft_dir`, loaded by `loader`."""
-    engine = resolve_engine(engine)
-    report = check(draft_dir, engine, loader=loader)
+def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
+    """Build the draft `report`'s engine runs from `report`'s checkpoint (or `checkpoint`, the open one
+    `report` was made of: `fix`'s planned result, renamed, is no folder), as `report`'s loader (the
+    replay, or the release's own) says it writes it; `target` (a `TargetModel`, or anything with its
+    `dtype`, `n_layers`, `embed` and `head`) lends what the engine takes from the target."""
+    engine = resolve_engine(report.engine)
     refusing = [f for f in report.findings if f.code in REFUSING_CODES]
     if refusing:
         raise LoadRefused("; ".join(f.brief() for f in refusing))
-    checkpoint = open_checkpoint(draft_dir)
+    checkpoint = checkpoint or open_checkpoint(report.path)
     profile = engine.profile_for(checkpoint.config)
     if profile.draft_class != "llama":
         raise LoadRefused(f"{engine} builds {profile.architectures[0]} ({profile.draft_class}) for this draft; the "
@@ -80,7 +85,7 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
         placed = replay(checkpoint, placing)
     dims = draft_dims(checkpoint)
     specs = {p.name: p for p in parameters(placing.profile_for(checkpoint.config), dims)}
-    tensors = load_safetensors_dir(checkpoint.folder)
+    tensors = _Tensors(checkpoint)
     state: dict[str, torch.Tensor] = {}
     hot_token_id = None
     for key in placed.keys:
@@ -108,9 +113,31 @@ def load_for_engine(draft_dir, engine, target: TargetModel, loader: str = "repla
         if p.replaced_by_target and p.role == "embed":
             draft.params[p.name] = target.embed
         elif p.replaced_by_target and p.role == "lm_head":
-            draft.params[p.name] = target.w["lm_head.weight"]
+            draft.params[p.name] = target.head
     return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written,
                        profile.chain_position_offset, profile.drafts_within_budget)
+
+
+# torch's view of each safetensors dtype a draft holds
+TORCH_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                "BOOL": torch.bool}
+
+
+class _Tensors:
+    """A checkpoint's tensors by name, each read when asked for, from where its header says (so a renamed
+    view of a checkpoint reads the bytes under their new names)."""
+
+    def __init__(self, checkpoint):
+        self.checkpoint = checkpoint
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        info = self.checkpoint.tensors[name]
+        if info.dtype not in TORCH_DTYPES:
+            raise LoadRefused(f"{name}: dtype {info.dtype} is not one the reference computes with")
+        data = bytearray(info.read())
+        return torch.frombuffer(data, dtype=TORCH_DTYPES[info.dtype]).reshape(info.shape) if data else \
+            torch.empty(info.shape, dtype=TORCH_DTYPES[info.dtype])
 
 
 def _draft_to_target(d2t: torch.Tensor) -> torch.Tensor:

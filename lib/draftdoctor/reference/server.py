@@ -50,7 +50,8 @@ class ReferenceEngine:
         from tokenizers import Tokenizer
 
         from .llama import TargetModel
-        from .loading import load_for_engine
+        from ..diagnose import check
+        from .loading import place
 
         torch.set_num_threads(1)  # tiny ops: more threads only add overhead
         self.emulated = resolve_engine(args.engine)
@@ -65,7 +66,7 @@ class ReferenceEngine:
         # logits over no larger a vocabulary: at most as much again)
         self.budget = memory_budget()
         self.longest = longest_request(lambda t: 2 * self.target.forward_bytes(t), self.context, self.budget)
-        self.loaded = load_for_engine(args.speculative_draft_model_path, self.emulated, self.target, loader=args.loader)
+        self.loaded = place(check(args.speculative_draft_model_path, self.emulated, loader=args.loader), self.target)
         self.lock = threading.Lock()
         self.num_steps = args.speculative_num_steps
         self.k = args.speculative_num_draft_tokens

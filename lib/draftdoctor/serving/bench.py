@@ -19,8 +19,7 @@ from .launcher import GuardStopped, LaunchRefused, ServeConfig, ServerCrashed, b
 from .backends import BACKENDS, MAX_CONCURRENCY
 from .logs import parse_sglang_lines
 from ..engines import resolve_engine
-from ..errors import UserError
-from ..toolstate import DEMO
+from ..prompts import DEMO_PROMPTS, MAX_PROMPTS_BYTES, PromptsError, load_prompts  # noqa: F401 (re-exported)
 
 
 class BenchFailed(RuntimeError):
@@ -32,12 +31,13 @@ class DraftMisfit(BenchFailed):
     server started (`preflight`): exit 1."""
 
 
-def preflight(target, drafts: list[tuple[str, str]], engine) -> dict:
+def preflight(target, drafts: list[tuple[str, str]], engine, prediction=True) -> dict:
     """Stop before launching anything when a draft does not fit the target (vocabulary, hidden sizes,
-    aux layers the engine can capture): `diagnose.MISFIT_CODES`, the same diagnosis as `check --target`.
-    Returns {name: that diagnosis} for the drafts it could read (what a measured accept length is read
-    against). A target or draft that is not a local folder (a hub id on a GPU host) is checked as far as
-    it can be."""
+    aux layers the engine can capture): `diagnose.MISFIT_CODES`, the same diagnosis as `check --target`,
+    with its prediction of acceptance (`prediction`: a `predict.PredictionSpec`, or True for the default
+    one, False for none). Returns {name: that diagnosis} for the drafts it could read (what a measured
+    accept length is read against). A target or draft that is not a local folder (a hub id on a GPU host)
+    is checked as far as it can be."""
     from ..checkpoint import CheckpointError
     from ..diagnose import MISFIT_CODES, check
 
@@ -47,7 +47,7 @@ def preflight(target, drafts: list[tuple[str, str]], engine) -> dict:
         if not Path(draft).exists():
             continue
         try:
-            reports[name] = report = check(draft, engine, target=local_target)
+            reports[name] = report = check(draft, engine, target=local_target, predict=prediction)
         except CheckpointError:
             continue  # unreadable here; the server says why
         found = [f for f in report.errors if f.code in MISFIT_CODES]
@@ -58,42 +58,8 @@ def preflight(target, drafts: list[tuple[str, str]], engine) -> dict:
     return reports
 
 
-MAX_PROMPTS_BYTES = 64 << 20
-DEMO_PROMPTS = DEMO / "prompts.jsonl"  # the default, from any folder (package data)
-
-
-class BenchInputError(UserError, ValueError):
+class BenchInputError(PromptsError):
     """A prompts file or draft list that cannot be used."""
-
-
-def load_prompts(path, limit: int | None = None) -> list[str]:
-    """Prompts from a .jsonl file ({"prompt": ...} or {"text": ...} per line) or a plain text file."""
-    from ..checkpoint import CheckpointError, open_regular
-
-    path = Path(path)
-    try:
-        with open_regular(path) as f:
-            raw = f.read(MAX_PROMPTS_BYTES + 1)
-        if len(raw) > MAX_PROMPTS_BYTES:
-            raise BenchInputError(f"{path}: larger than {MAX_PROMPTS_BYTES >> 20} MB of prompts")
-        lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError, CheckpointError) as e:
-        raise BenchInputError(f"{path}: cannot read prompts ({e.__class__.__name__})") from None
-    prompts = []
-    for number, line in enumerate(lines, 1):
-        if path.suffix == ".jsonl":
-            try:
-                item = json.loads(line)
-                prompts.append(item["prompt"] if "prompt" in item else item["text"])
-                if not isinstance(prompts[-1], str):
-                    raise TypeError
-            except (ValueError, RecursionError, KeyError, TypeError):
-                raise BenchInputError(f"{path}:{number}: expected a JSON object with a \"prompt\" field") from None
-        else:
-            prompts.append(line)
-    if not prompts:
-        raise BenchInputError(f"{path}: no prompts")
-    return prompts[:limit] if limit else prompts
 
 
 MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json larger than this is not read to count prompt tokens
@@ -198,21 +164,31 @@ class BenchRun:
     verdict: str | None = None  # check's verdict on the draft for that engine
     errors: tuple[str, ...] = ()  # its error finding codes
     failure: str | None = None  # the server did not start: the engine's reason (then nothing was measured)
+    predicted: object = None  # the diagnosis' `predict.Prediction`, on the same prompts and budget
 
     @property
     def explanation(self) -> str:
-        from ..explain import explain
+        line, note = self.explained()
+        return line + (f". {note}" if note else "")
+
+    def explained(self) -> tuple[str, str | None]:
+        """(what this draft's number means, a remark that may hold for other drafts too: said once)."""
+        from ..explain import explain_parts
 
         if self.failure:
-            return f"does not start: {self.failure}"
-        return explain(self.result.accept_length, self.result.accept_rate, self.verdict, self.errors)
+            return f"does not start: {self.failure}", None
+        return explain_parts(self.result.accept_length, self.result.accept_rate, self.verdict, self.errors,
+                             self.predicted)
 
     def summary(self) -> dict:
+        predicted = self.predicted
         return self.result.summary() | {"backend": self.backend, "backend_label": self.label,
                                         "server_accept_length": self.server_accept_length,
                                         "log_accept_length": self.log_accept_length, "log": str(self.log_path),
                                         "verdict": self.verdict, "errors": list(self.errors),
-                                        "failure": self.failure, "explanation": self.explanation}
+                                        "failure": self.failure, "explanation": self.explanation,
+                                        "predicted_accept_length": predicted.accept_length if predicted else None,
+                                        "predicted_accept_length_se": predicted.accept_length_se if predicted else None}
 
 
 def _request_progress(name, progress, on_request):
@@ -226,7 +202,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", progress=None, keep_going: bool = False, prompts_file=None,
-                 on_request=None, guard: bool = False, **server_kwargs) -> list[BenchRun]:
+                 on_request=None, guard: bool = False, predict: bool = True, **server_kwargs) -> list[BenchRun]:
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
     (an Engine or a spec): the SGLang release served, or emulated by the reference backend. With
     `keep_going`, a draft whose server does not start is recorded as such (its reason from the log)
@@ -235,17 +211,24 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     `progress(message)` hears each draft's milestones; `on_request(name, done, total)`, if given, each
     answered request (else `progress` hears those too, one message each). `guard`: each server runs
     with the guard in its process (draftdoctor.guard), which stops it before it is ready when the
-    engine's loader leaves a draft parameter unwritten."""
+    engine's loader leaves a draft parameter unwritten. `predict`: each draft's diagnosis predicts its
+    acceptance on the same prompts and budget first (a target folder with weights), said beside the
+    measurement."""
     engine = resolve_engine(engine) if engine is not None else None
     check_requests(backend, target, prompts, max_new_tokens, concurrency, extra_args or (), prompts_file)
     row, module = BACKENDS[backend], backend_module(backend)
     why = module.cannot_serve_as(engine)
     if why:
         raise BenchInputError(why)
-    reports = preflight(target, drafts, engine or resolve_engine(row.checked_as))
+    k = num_draft_tokens or num_steps + 1
+    from ..diagnose import prediction_spec
+
+    # the prediction runs what the measurement sends: the same prompts, token budget and draft tokens a step
+    spec = prediction_spec(target, prompts=tuple(prompts), num_prompts=len(prompts), new_tokens=max_new_tokens,
+                           num_steps=k - 1) if predict else False
+    reports = preflight(target, drafts, engine or resolve_engine(row.checked_as), prediction=spec or predict)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    k = num_draft_tokens or num_steps + 1
     label = backend_label(backend, engine)
     runs = []
     for name, draft in drafts:
@@ -257,7 +240,8 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
             progress(f"{name}: starting the {backend} server")
         report = reports.get(name)
         diagnosis = {"verdict": report.verdict if report else None,
-                     "errors": tuple(f.code for f in report.errors) if report else ()}
+                     "errors": tuple(f.code for f in report.errors) if report else (),
+                     "predicted": report.prediction if report else None}
         try:
             server = serve(backend, config, log_path, engine=engine, loader=loader, **server_kwargs)
         except (ServerCrashed, LaunchRefused) as e:

@@ -1,0 +1,173 @@
+"""Predicted acceptance: the draft as the engine loads it, run on the target's own greedy continuations.
+
+What holds it to something it does not contain:
+- the target runs in transformers; its states and argmax are the reference Llama's (float64);
+- the predicted counts are the reference engine's measurement of the same prompts and budget, verify step
+  for verify step (float64), for engines with different chain positions, aux layers and vocabulary maps;
+- held-out value defects that every rule passes (a transposed projection, a head whose rows no longer match
+  the vocabulary map, a layer re-drawn by an initialiser, one NaN) fail `check --target` by the prediction
+  alone; trained drafts pass, with norms at exactly 1.0 too.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from draftdoctor.diagnose import check
+from draftdoctor.predict import NOTHING_BELOW, PredictionSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo"
+TARGET = DEMO / "target"
+CLI = Path(sys.executable).with_name("draftdoctor")
+
+
+def test_transformers_runs_the_target_as_the_reference_llama_does():
+    """Every state an engine captures (the input of each layer, the last layer's output before the final
+    norm) and every argmax, from transformers and from the reference engine's own Llama, in float64."""
+    from draftdoctor.reference import teacher
+    from draftdoctor.reference.llama import TargetModel
+
+    model = teacher.load_target(TARGET, torch.float64, "cpu", 64)
+    ours = TargetModel.from_dir(TARGET, torch.float64)
+    prompt = teacher.tokenize(TARGET, ["the capital of"])[0]
+    [sequence] = teacher.continuations(model, [prompt], 24)
+    everything = tuple(range(ours.n_layers + 1))
+    recorded = teacher.record(model, prompt, sequence, everything)
+    logits, states = ours.forward(torch.tensor(recorded.sequence), ours.new_cache(), everything)
+    assert len(recorded.sequence) == len(sequence), "the full forward continues as the token-by-token one did"
+    assert torch.equal(recorded.argmax, logits.argmax(-1))
+    for layer, state in zip(everything, states):
+        scale = state.abs().max().item()
+        assert torch.allclose(recorded.states[layer].double(), state, rtol=0, atol=1e-6 * scale), layer
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory):
+    """The story's draft fixed for SGLang 0.5.10 (its trained values under the names every release reads)."""
+    from draftdoctor.fix import apply_fix, plan_fix
+
+    return apply_fix(plan_fix(DEMO / "draft-story", "sglang==0.5.10", predict=False),
+                     tmp_path_factory.mktemp("fixed") / "draft").dst
+
+
+@pytest.mark.parametrize("engine, draft", [("sglang==0.5.10", "story"), ("sglang==0.5.10", "fixed"),
+                                           ("sglang==0.5.23", "fixed"), ("vllm==0.32.0", "speculators")])
+def test_the_prediction_is_what_the_reference_engine_measures(engine, draft, fixed):
+    """Replaying greedy verification over the recorded target gives the reference engine's own counts on
+    the same prompts and token budget: the same verify steps, the same drafts accepted."""
+    from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
+    from draftdoctor.reference.llama import TargetModel
+    from draftdoctor.reference.loading import place
+
+    path = {"story": DEMO / "draft-story", "fixed": fixed, "speculators": DEMO / "draft-speculators"}[draft]
+    spec = PredictionSpec(TARGET, num_prompts=12, new_tokens=32, num_steps=4, dtype="float64")
+    report = check(path, engine, target=TARGET, predict=spec)
+    predicted = report.prediction
+    target = TargetModel.from_dir(TARGET, torch.float64)
+    with one_thread():
+        measured = run_prompts(target, place(check(path, engine), target), tokenized_prompts(DEMO, 12), 32, 4,
+                               eos_token_id=2)
+    how = {"before_stop": measured.accept_length_before_stop, "emitted": measured.step_accept_length}
+    assert predicted.verify_steps == measured.spec_verify_ct
+    assert predicted.accept_length == pytest.approx(how[predicted.counted], abs=1e-12)
+    assert (predicted.accept_length < 1.1) == (draft == "story")
+
+
+def _variant(src: Path, dst: Path, edit) -> Path:
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(src, dst)
+    [file] = dst.glob("*.safetensors")
+    tensors = load_file(file)
+    edit(tensors)
+    save_file(tensors, file)
+    return dst
+
+
+def _transpose_o_proj(t):
+    key = "midlayer.self_attn.o_proj.weight"
+    t[key] = np.ascontiguousarray(t[key].T)
+
+
+def _misalign_head(t):  # a regenerated d2t whose lm_head rows no longer match (SpecForge's reported failure)
+    t["lm_head.weight"] = np.ascontiguousarray(t["lm_head.weight"][np.random.default_rng(1).permutation(96)])
+
+
+def _glorot_layer(t):
+    rng = np.random.default_rng(2)
+    for key in [k for k in t if k.startswith("midlayer.") and k.endswith("proj.weight")]:
+        bound = np.sqrt(6.0 / sum(t[key].shape))
+        t[key] = rng.uniform(-bound, bound, t[key].shape).astype(t[key].dtype)
+
+
+def _one_nan(t):
+    t["fc.weight"][3, 5] = np.nan
+
+
+def _norms_at_one(t):
+    for key in [k for k in t if k.endswith("norm.weight")]:
+        t[key] = np.ones_like(t[key])
+
+
+@pytest.mark.parametrize("defect, only_the_prediction", [(_transpose_o_proj, True), (_misalign_head, True),
+                                                         (_glorot_layer, False), (_one_nan, False)],
+                         ids=["transposed", "head-misaligned", "glorot-layer", "one-nan"])
+def test_a_draft_that_loads_cleanly_and_predicts_nothing_fails_check(defect, only_the_prediction, fixed, tmp_path):
+    variant = _variant(fixed, tmp_path / "draft", defect)
+    report = check(variant, "sglang==0.5.10", target=TARGET)
+    errors = {f.code for f in report.errors}
+    assert "no-acceptance-predicted" in errors and report.prediction.accept_length < NOTHING_BELOW
+    if only_the_prediction:  # every rule about it passes: names, shapes, config, values
+        assert errors == {"no-acceptance-predicted"}
+        assert check(variant, "sglang==0.5.10", target=TARGET, predict=False).errors == []
+    assert report.verdict.startswith("names load, but")
+
+
+def test_trained_drafts_pass_and_norms_at_one_are_no_error(fixed, tmp_path):
+    """A trained draft with its norms at exactly 1.0 (never trained, or frozen) works: the prediction says so,
+    and what the value rules say of the norms is a warning beside it, not an error."""
+    for path in (fixed, _variant(fixed, tmp_path / "norms", _norms_at_one)):
+        report = check(path, "sglang==0.5.10", target=TARGET)
+        assert report.errors == [], [f.line() for f in report.errors]
+        assert report.prediction.accept_length > 2.5 and not report.prediction.predicts_nothing
+        assert report.verdict.startswith("loads cleanly") and "predicted accept length" in report.verdict
+
+
+def test_fix_refuses_what_predicts_nothing_and_says_the_prediction(fixed, tmp_path):
+    glorot = _variant(fixed, tmp_path / "glorot", _glorot_layer)
+    done = subprocess.run([str(CLI), "fix", str(glorot), "--engine", "sglang==0.5.23", "--target", str(TARGET),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and not (tmp_path / "out").exists(), done.stdout + done.stderr
+    assert "no-acceptance-predicted" in done.stdout and "predicted accept length 1." in done.stdout
+
+
+def test_check_json_carries_the_prediction_and_no_target_means_no_torch(tmp_path):
+    done = subprocess.run([str(CLI), "check", str(DEMO / "draft-speculators"), "--engine", "vllm==0.32.0", "--target",
+                           str(TARGET), "--format", "json", "--loader", "replay", "--num-prompts", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    prediction = json.loads(done.stdout)["prediction"]
+    assert {"accept_length", "per_position", "prompts", "tokens", "loader", "seconds"} <= set(prediction)
+    assert prediction["prompts"] == 4 and prediction["loader"] == "replay" and len(prediction["per_position"]) == 4
+    quiet = subprocess.run([sys.executable, "-c", "import sys; from draftdoctor.diagnose import check; "
+                            f"check({str(DEMO / 'draft-speculators')!r}, 'vllm==0.32.0', target={str(TARGET)!r}, "
+                            "predict=False); check(" + repr(str(DEMO / "draft-speculators")) + ", 'vllm==0.32.0'); "
+                            "print('torch' in sys.modules)"], capture_output=True, text=True, timeout=120)
+    assert quiet.stdout.strip() == "False", quiet.stderr  # without a prediction, headers and samples only
+
+
+def test_a_target_over_the_memory_budget_is_not_run(tmp_path):
+    done = subprocess.run([str(CLI), "check", str(DEMO / "draft-speculators"), "--engine", "vllm==0.32.0", "--target",
+                           str(TARGET), "--loader", "replay"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, DRAFTDOCTOR_MEMORY_BUDGET="100K"))
+    assert done.returncode == 0, done.stderr
+    assert "INFO    not-checked: no prediction of acceptance: " in done.stdout
+    assert "takes about" in done.stdout and "more than the memory budget of 102.4 kB" in done.stdout
