@@ -101,6 +101,6 @@ def test_beyond_names_measures_what_check_flags(tmp_path):
     # section 3: right names, initial values: check flags the values, compare lists the tensors, and
     # the measured acceptance is explained
     assert "parameters never written: 0 of 11" in text and "ERROR   weights-at-init: the decoder layer" in text
-    assert "'different values': 10" in text
+    assert "'different values': 10" in text and "how they differ: {'fresh initialisation': 10}" in text
     assert "fixed names: accept length" in text and "the draft works" in text
     assert "converted: accept length" in text and "the draft runs but predicts little" in text

@@ -32,7 +32,8 @@ checkpoint, and prove the fix by measuring acceptance before and after. The usua
   fix DRAFT --engine E --target T --out FIXED
                                        rename tensors and rewrite the config for E; verified, and
                                        refused when the result would still fail `check`
-  compare TRAINED DRAFT                whether two checkpoints hold the same values, tensor by tensor
+  compare TRAINED DRAFT                how two checkpoints differ: tensor by tensor, and their configs
+                                       by what each engine release does with them
   bench --target T --draft before=DRAFT --draft after=FIXED --out DIR
                                        serve each draft, measure acceptance, chart it
   investigate --params P.yaml --out runs/NAME
@@ -493,25 +494,59 @@ def cmd_bench(args, out) -> int:
 def cmd_compare(args, out) -> int:
     from .compare import SAME_BYTES, compare
 
-    result = compare(args.a, args.b)
+    result = compare(args.a, args.b, args.engine, args.target)
+    status = EXIT_OK if result.same else EXIT_FINDINGS
     if args.format == "json":
         json.dump(result.to_dict(), out, indent=1)
         out.write("\n")
-        return EXIT_OK if result.same else EXIT_FINDINGS
-    shown = [p for p in result.pairs if args.all or p.status != SAME_BYTES]
+        return status
+    shown = [p for p in result.pairs if args.all or p.status != SAME_BYTES or p.collision]
     if shown:
         _table([(p.status.upper(), p.a or "-", p.b or "-", p.paired_by or "-",
                  f"{p.dtype_a or '-'}/{p.dtype_b or '-'}",
                  "-" if p.max_abs_diff is None else f"{p.max_abs_diff:.3g}", "-" if p.rel_l2 is None else f"{p.rel_l2:.3g}",
-                 p.detail or "-") for p in shown],
-               ["status", "A", "B", "paired by", "dtypes", "max abs diff", "rel L2", "detail"], out)
+                 p.relation.upper() or "-", "; ".join(filter(None, (p.detail, p.collision))) or "-") for p in shown],
+               ["status", "A", "B", "paired by", "dtypes", "max abs diff", "rel L2", "relation", "detail"], out)
         out.write("\n")
     counts = ", ".join(f"{n} {status}" for status, n in result.counts().items() if n)
-    out.write(f"A = {_safe(args.a)}, B = {_safe(args.b)}: {counts}"
+    out.write(f"A = {_safe(args.a)}, B = {_safe(args.b)}: {counts or 'no tensors'}"
               + ("" if args.all or not result.counts()[SAME_BYTES] else " (same-bytes pairs not listed; --all lists them)")
               + "\n")
-    out.write("verdict: " + ("A and B hold the same values\n" if result.same else "A and B differ\n"))
-    return EXIT_OK if result.same else EXIT_FINDINGS
+    _compare_configs_text(result.configs, out)
+    out.write("verdict: " + _compare_verdict(result) + "\n")
+    return status
+
+
+def _compare_configs_text(configs, out) -> None:
+    """The configs by meaning: one line per release range (or as written), what differs, what was not compared."""
+    from .meanings import DIFFERENT, READS_ONE, SAME
+
+    target = (f"a {configs.target_layers}-layer target" if configs.target_layers
+              else "the target's layer count unknown: --target gives it")
+    out.write(f"configs by meaning (aux layers: the target layers whose input is captured; {target})"
+              + (f": {_safe(configs.note)}" if configs.note else "") + "\n")
+    for row in configs.rows:
+        if row.counted:
+            label = DIFFERENT if row.outcome == READS_ONE else row.outcome  # one side does not load there
+            what = f"same: {row.summary}" if row.outcome == SAME else f"{label.upper()}: " + "; ".join(row.differences)
+        else:
+            what = "not compared: " + "; ".join(row.differences)
+        out.write(f"  {_safe(row.releases)}: {_safe(what)}\n")
+
+
+def _compare_verdict(result) -> str:
+    if result.same:
+        return ("A and B hold the same tensors (bytes, dtypes, shapes)"
+                + ("" if result.configs.same is None else ", and their configs mean the same"))
+    why = []
+    if not result.same_tensors:
+        why.append(", ".join(f"{n} {status}" for status, n in result.counts().items() if n and status != "same bytes"))
+    if result.configs.same is False:
+        differing = result.configs.differing
+        why.append("config meaning" + (f" ({', '.join(differing)})" if differing else f": {result.configs.note}"))
+        if differing and result.configs.unsettled_only:
+            why[-1] += ", unless the target has the layer count named above: --target settles it"
+    return _safe("A and B differ: " + "; ".join(why))
 
 
 def _writable_folder(folder, flag: str) -> None:
@@ -816,6 +851,11 @@ def _bench_arguments(p) -> None:
 def _compare_arguments(p) -> None:
     p.add_argument("a", metavar="A", help="a checkpoint (e.g. the training output)")
     p.add_argument("b", metavar="B", help="another (e.g. the converted, fixed or served copy, or the target)")
+    p.add_argument("--engine", action="append", metavar="SPEC",
+                   help="compare the configs by what this release does with each (repeat for more; e.g. "
+                        "sglang==0.5.10). Default: every release whose engine reads both configs")
+    p.add_argument("--target", help="the target model's folder (or config.json): its layer count settles which "
+                                    "layers an engine's default aux ids capture")
     p.add_argument("--all", action="store_true", help="list the pairs holding the same bytes too")
     p.add_argument("--format", choices=["text", "json"], default="text")
 
@@ -842,8 +882,8 @@ COMMANDS = {
     "check": ("what an engine's loader would write, skip, or leave at init", _check_arguments, cmd_check),
     "fix": ("rewrite a draft so an engine loads every tensor, verified; SRC is never modified", _fix_arguments,
             cmd_fix),
-    "compare": ("pair two checkpoints' tensors by name, parts or content and compare their values; exit 1 if they "
-                "differ", _compare_arguments, cmd_compare),
+    "compare": ("pair two checkpoints' tensors by name, parts or content, say how each pair differs, and compare "
+                "the configs by meaning; exit 1 if they differ", _compare_arguments, cmd_compare),
     "serve": ("start a speculative-decoding server and wait until it is ready", _serve_arguments, cmd_serve),
     "bench": ("serve each draft in turn, measure acceptance, write results.json and charts", _bench_arguments,
               cmd_bench),
