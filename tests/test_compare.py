@@ -342,9 +342,20 @@ def test_judging_how_reads_and_holds_bounded_amounts(tmp_path, monkeypatch, how)
 @pytest.mark.parametrize("config", [
     {"architectures": 5, "model_type": "llama"},
     {"architectures": ["LlamaForCausalLMEagle3"], "model_type": ["llama"]},
+], ids=["architectures-int", "model-type-list"])
+def test_a_config_whose_names_are_no_names_is_unusable_input(tmp_path, config):
+    """What says what a config is, in the wrong JSON type: no reader takes it (checkpoint.read_config), so
+    compare, as every command, says so in one line, exit 2."""
+    hostile = shutil.copytree(DEMO / "draft-story", tmp_path / "hostile")
+    (hostile / "config.json").write_text(json.dumps(config))
+    proc = _cli(DEMO / "draft-story", hostile)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "config.json: " in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("config", [
     {"speculators_model_type": "eagle3", "transformer_layer_config": 3},
     {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "eagle_config": "x"},
-], ids=["architectures-int", "model-type-list", "layer-config-int", "eagle-config-str"])
+], ids=["layer-config-int", "eagle-config-str"])
 def test_a_config_no_engine_can_read_is_named_not_a_traceback(tmp_path, config):
     hostile = shutil.copytree(DEMO / "draft-story", tmp_path / "hostile")
     (hostile / "config.json").write_text(json.dumps(config))

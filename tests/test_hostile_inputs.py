@@ -119,6 +119,12 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "bench-out-read-only":  # /proc takes no new folders, not even root's
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", "/proc/draftdoctor-out"], \
             "cannot write there"
+    if kind == "architectures-a-number":  # every reader takes it for a list of names: one line, not a traceback
+        edit_config(good, lambda c: c.__setitem__("architectures", 5))
+        return ["fix", good, "--engine", "vllm", "--plan"], "architectures must be a list of class names"
+    if kind == "model-type-a-list":
+        edit_config(good, layer("model_type", ["llama"]))
+        return ["check", good, "--engine", "vllm"], "transformer_layer_config.model_type must be a name"
     if kind == "compare-a-device":  # a device is no folder: not "no .safetensors file in this folder"
         return ["compare", "/dev/zero", good], "neither a regular file nor a folder"
     if kind == "inspect-a-fifo":
@@ -137,7 +143,8 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "unresolvable-host", "log-is-a-folder", "zero-steps", "run-name-escapes", "draft-name-escapes",
          "prompts-dev-zero", "deep-prompt", "weights-link-loop", "params-alias-bomb", "params-wrong-checkpoint",
          "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
-         "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo"]
+         "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
+         "architectures-a-number", "model-type-a-list"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

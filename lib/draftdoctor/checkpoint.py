@@ -354,7 +354,25 @@ def read_config(folder: Path) -> dict | None:
     config = read_json_file(path)
     if not isinstance(config, dict):
         raise CheckpointError(path, "config is not a JSON object")
+    why = _names_problem(config)
+    if why:
+        raise CheckpointError(path, why)
     return config
+
+
+def _names_problem(config: dict) -> str | None:
+    """What is wrong with the fields that say what a config is, which every reader of it (the engines,
+    transformers, each check) takes for names: `architectures` a list of class names, each `model_type`
+    (and speculators' `speculators_model_type`) a name, also inside `transformer_layer_config`."""
+    architectures = config.get("architectures")
+    if architectures is not None and not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        return f"architectures must be a list of class names, not {json.dumps(architectures)[:80]}"
+    layer = config.get("transformer_layer_config")
+    for holder, where in ((config, ""), (layer if isinstance(layer, dict) else {}, "transformer_layer_config.")):
+        for name in ("model_type", "speculators_model_type"):
+            if holder.get(name) is not None and not isinstance(holder[name], str):
+                return f"{where}{name} must be a name, not {json.dumps(holder[name])[:80]}"
+    return None
 
 
 def _resolve_files(path: Path) -> tuple[dict[str, Path], dict | None, Path]:
