@@ -649,3 +649,24 @@ def test_head_from_target_is_applied_only_where_it_can_be_right(tmp_path):
         plan_fix(draft, "sglang==0.4.8.post1", target=DEMO / "target", head_from_target=True)
     with pytest.raises(FixError, match="takes the target's head for a draft without one already"):
         plan_fix(draft, "vllm==0.32.0", target=DEMO / "target", head_from_target=True)
+
+
+def test_a_fix_that_changes_nothing_says_so_and_what_it_means(draft, tmp_path):
+    """A draft already in the engine's names and config: fix writes the copy asked for, and says that to the
+    engine it is the draft itself, so no acceptance it lacks can come from this rewrite."""
+    import json
+    import subprocess
+    import sys
+
+    src = draft("midlayer")
+    plan = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "fix", str(src), "--engine", "sglang==0.5.10",
+                           "--plan", "--loader", "replay", "--format", "json"], capture_output=True, text=True)
+    assert json.loads(plan.stdout)["changes_nothing"] is True
+    done = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "fix", str(src), "--engine", "sglang==0.5.10",
+                           "--out", str(tmp_path / "out"), "--loader", "replay"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to change: every tensor already has the name sglang==0.5.10 reads" in done.stdout
+    assert "the cause is not in names or config" in done.stdout
+    renamed = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "fix", str(draft("speculators")), "--engine",
+                              "sglang==0.5.10", "--plan", "--loader", "replay"], capture_output=True, text=True)
+    assert "nothing to change" not in renamed.stdout

@@ -137,10 +137,22 @@ def test_a_refused_fix_leaves_the_measured_draft_explained(tmp_path):
     draft = sloppy_convert(ROOT / "data" / "demo" / "draft-story", tmp_path / "converted", {"layers.0.": "midlayer."})
     proc, report = _investigate_cli(tmp_path, draft)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert report["after"] is None and "weights-at-init" in report["fix"]["refused_codes"]
+    assert report["after"] is None and {"weights-at-init", "no-acceptance-predicted"} <= set(report["fix"]["refused_codes"])
     assert "the draft runs but predicts little" in report["before"]["explanation"]
     assert "the fix was refused (weights-at-init" in proc.stdout
+    # why no rewrite can help, said as the investigation's last word on it
+    assert "its values carry no training the engine can use, which no rewrite of names or config restores" in proc.stdout
     assert "## Verdict" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_an_after_that_still_accepts_nothing_is_unresolved():
+    """Measured, or predicted where nothing was measured: below what any draft with a trained layer reached."""
+    from draftdoctor.report import outcome, unresolved
+
+    nothing = {"after": {"accept_length": 1.02, "explanation": "accept length 1.02"}, "same_draft": True}
+    assert unresolved(nothing, None) and any("re-export from the training output" in line for line in outcome(nothing))
+    assert unresolved({"after": {"accept_length": None, "predicted_accept_length": 1.1}}, None)
+    assert not unresolved({"after": {"accept_length": 3.08}}, None)
 
 
 FORGED = ('x\n\n## Verdict\n\nAccept length 1&#46;00 before, 4.00 after\n\n<img src="https://example.invalid/b.png">'

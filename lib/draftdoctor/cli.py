@@ -205,7 +205,7 @@ def cmd_fix(args, out) -> int:
     from dataclasses import asdict
 
     from .findings import CODES
-    from .fix import FixBlocked, apply_fix, plan_fix
+    from .fix import NOTHING_TO_CHANGE, FixBlocked, apply_fix, plan_fix
     from .tables import human_bytes
 
     plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader,
@@ -262,6 +262,8 @@ def cmd_fix(args, out) -> int:
                 out.write(f.line(_safe) + "\n")
         if v.accepted_losses and v.coverage.errors:
             out.write(f"accepted with --allow-lossy: {', '.join(sorted({f.code for f in v.coverage.errors}))}\n")
+        if plan.changes_nothing:
+            out.write(NOTHING_TO_CHANGE.format(engine=plan.engine) + "\n")
         out.write(f"verdict: {_safe(v.coverage.verdict)}\n")
         return status
     out.write(f"verification failed; nothing written to {_safe(result.dst)}:\n")
@@ -287,6 +289,8 @@ PROGRESS_MIN_BYTES = 256 << 20
 
 
 def _print_plan(plan, out, skip=()) -> None:
+    from .fix import NOTHING_TO_CHANGE
+
     out.write(f"fix plan: {_safe(plan.src)} for {plan.engine}\n")
     out.write(f"layout: {plan.layout.name}; rule: {plan.rule}\n\n")
     _table([(t.old, t.new if t.new is not None else "(left out)", t.reason) for t in plan.tensors],
@@ -306,6 +310,8 @@ def _print_plan(plan, out, skip=()) -> None:
             out.write(f.line(_safe) + "\n")
     if not skip:
         out.write(f"predicted: {_safe(plan.predicted.verdict)}\n")
+    if plan.changes_nothing:
+        out.write(NOTHING_TO_CHANGE.format(engine=plan.engine) + "\n")
 
 
 def _number(value, digits: int = 2) -> str:
@@ -666,10 +672,9 @@ def cmd_loaders(args, out) -> int:
 
 
 def _unresolved(result) -> bool:
-    """An investigation ends unresolved (exit 1) when it failed, its fix was refused, or the fixed draft's
-    server did not start: the status follows the "after" result."""
-    rep = result.report or {}
-    return bool(result.error or rep.get("fix_refused") or (rep.get("after") or {}).get("failure"))
+    from .report import unresolved
+
+    return unresolved(result.report or {}, result.error)
 
 
 def _positive_int(text: str) -> int:

@@ -61,6 +61,14 @@ class FixError(UserError):
     """Why `fix` cannot proceed: unusable input or an unsafe destination (exit 2)."""
 
 
+# What a plan that changes nothing means, said by `fix` (and read by investigate's report)
+NOTHING_TO_CHANGE = ("nothing to change: every tensor already has the name {engine} reads and the config is one it "
+                     "reads, so the copy is, to the engine, the draft itself. If the draft gets no acceptance, the "
+                     "cause is not in names or config: see the values (`draftdoctor check --target TARGET` runs "
+                     "the draft on the target; `draftdoctor compare TRAINED THIS` says how its tensors differ "
+                     "from the training output)")
+
+
 class FixBlocked(FixError):
     """The fixed checkpoint would still carry error findings: nothing is written (exit 1)."""
 
@@ -169,9 +177,15 @@ class FixPlan:
         """The plan as a DataFrame: old name -> new name per tensor, config change, and file."""
         return frame(self.rows(), columns=["kind", "old", "new", "reason"])
 
+    @property
+    def changes_nothing(self) -> bool:
+        """Whether the rewrite leaves everything the engine reads as it is: no tensor renamed or left out,
+        no config change (the copy is the draft itself, to the engine)."""
+        return not (self.renamed or self.omitted or self.config.changes)
+
     def to_dict(self) -> dict:
         return {
-            "src": str(self.src), "engine": self.engine.spec,
+            "src": str(self.src), "engine": self.engine.spec, "changes_nothing": self.changes_nothing,
             "layout": {"name": self.layout.name, "evidence": list(self.layout.evidence)}, "rule": self.rule,
             "tensors": [asdict(t) | {"action": t.action} for t in self.tensors],
             "config": {"format": self.config.format, "changes": [asdict(c) for c in self.config.changes],
@@ -403,6 +417,7 @@ class FixResult:
         cov = self.verification.coverage
         return {
             "src": str(self.plan.src), "dst": str(self.dst), "engine": self.plan.engine.spec, "ok": self.ok,
+            "changes_nothing": self.plan.changes_nothing,
             "written": self.written, "tensors_renamed": self.tensors_renamed, "tensors_copied": self.tensors_copied,
             "tensors_omitted": self.tensors_omitted, "bytes_copied": self.bytes_copied,
             "files_copied": self.files_copied, "seconds": round(self.seconds, 3), "copy_method": self.copy_method,

@@ -51,7 +51,8 @@ def _bench_run(bench: dict | None, name: str) -> dict | None:
     if run is None:
         return None
     return {k: run.get(k) for k in ("accept_length", "accept_rate", "tokens_per_s", "per_position", "requests",
-                                    "backend", "backend_label", "failure", "verdict", "explanation")}
+                                    "backend", "backend_label", "failure", "verdict", "explanation",
+                                    "predicted_accept_length", "predicted_accept_length_se")}
 
 
 def _compared(out_dir: Path, params: dict) -> list[dict]:
@@ -93,16 +94,45 @@ def outcome(data: dict) -> list[str]:
     if before:
         lines.append(f"before the fix: {before.get('explanation') or 'not measured'}")
     if data.get("fix_refused"):
-        codes = ", ".join((data.get("fix") or {}).get("refused_codes") or []) or "an error finding"
+        refused = (data.get("fix") or {}).get("refused_codes") or []
+        codes = ", ".join(refused) or "an error finding"
         lines.append(f"the fix was refused ({codes}: no rewrite of names or config removes it), so there is no "
                      "\"after\" to measure; the fix section says why and what you can do")
+        if "no-acceptance-predicted" in refused:
+            lines.append(VALUES_CARRY_NOTHING)
     if after:
         lines.append(f"after the fix: {after.get('explanation') or 'not measured'}")
         if data.get("same_draft"):
             lines.append("the fix changed nothing the engine reads (no tensor renamed or left out, no config change): "
                          "before and after are one draft measured twice, so the same accept length is expected; the "
                          "cause is not in the names or the config")
+        if _accepts_nothing(after):
+            lines.append(VALUES_CARRY_NOTHING)
     return lines
+
+
+# why an investigation ends unresolved when the draft, its names and config right, still accepts nothing
+VALUES_CARRY_NOTHING = ("the draft the engine reads still gets no acceptance: its values carry no training the engine "
+                        "can use, which no rewrite of names or config restores: re-export from the training output "
+                        "(`draftdoctor compare TRAINED THIS` names the tensors that differ and how)")
+
+
+def _accepts_nothing(run: dict) -> bool:
+    """A measured (else predicted) accept length below what a draft with a trained layer was ever measured at
+    (`predict.NOTHING_BELOW`)."""
+    from .predict import NOTHING_BELOW
+
+    length = run.get("accept_length")
+    length = run.get("predicted_accept_length") if length is None else length
+    return length is not None and length < NOTHING_BELOW
+
+
+def unresolved(data: dict, error: str | None) -> bool:
+    """An investigation ends unresolved (exit 1) when it failed, its fix was refused, the fixed draft's server
+    did not start, or the fixed draft still gets (or is predicted to get) no acceptance: its status follows the
+    "after" result."""
+    after = data.get("after") or {}
+    return bool(error or data.get("fix_refused") or after.get("failure") or (after and _accepts_nothing(after)))
 
 
 def _md_coverage(title: str, cov: dict | None) -> list[str]:
