@@ -55,8 +55,10 @@ test:
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not engine and not browser and not story"
 
-# The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after.
-demo: setup
+# The whole investigation of the bundled demo: keys, names, coverage, fix, acceptance before/after, each
+# draft loaded as SGLang 0.5.10's own loader leaves it (its release installed first: mk/sglang.mk's rules).
+DEMO_RELEASE := 0.5.10
+demo: setup $(BUILD)/sglang/$(DEMO_RELEASE)/.installed
 	$(BIN)/draftdoctor demo --out runs/demo
 	@echo "report: runs/demo/report.md (chart: runs/demo/acceptance.png)"
 

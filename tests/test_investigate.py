@@ -137,7 +137,8 @@ def test_a_refused_fix_leaves_the_measured_draft_explained(tmp_path):
     draft = sloppy_convert(ROOT / "data" / "demo" / "draft-story", tmp_path / "converted", {"layers.0.": "midlayer."})
     proc, report = _investigate_cli(tmp_path, draft)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert report["after"] is None and {"weights-at-init", "no-acceptance-predicted"} <= set(report["fix"]["refused_codes"])
+    # 5 prompts x 24 tokens are too few for the prediction to be sure of nothing: the value rule refuses alone
+    assert report["after"] is None and "weights-at-init" in report["fix"]["refused_codes"]
     assert "the draft runs but predicts little" in report["before"]["explanation"]
     assert "the fix was refused (weights-at-init" in proc.stdout
     # why no rewrite can help, said as the investigation's last word on it
@@ -217,7 +218,7 @@ def test_a_name_is_one_line_of_text_wherever_it_lands_in_the_report(tmp_path):
     runs.save_step(tmp_path, runs.COVERAGE, coverage)
     runs.save_step(tmp_path, runs.FIX, {"dst": BLOCKS, "ok": True, "coverage_after": coverage,
                                         "config_changes": [{"field": BLOCKS, "reason": BLOCKS}]})
-    run = {"accept_length": 1.0, "accept_rate": 0.0, "tokens_per_s": 1.0, "backend": BLOCKS, "backend_label": BLOCKS,
+    run = {"accept_length": 3.0, "accept_rate": 0.5, "tokens_per_s": 1.0, "backend": BLOCKS, "backend_label": BLOCKS,
            "explanation": BLOCKS}
     runs.save_step(tmp_path, runs.RESULTS, {"runs": [run | {"name": "before"}, run | {"name": "after"}]})
     write_report(tmp_path, {"name": BLOCKS, "checkpoint": BLOCKS}, BLOCKS)

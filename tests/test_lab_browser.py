@@ -249,7 +249,11 @@ def test_02_compare_names_engine_picker_changes_the_verdict(page, lab):
 
 
 def test_03_load_coverage_shows_the_chart_and_verdict(page, lab):
-    expected = check(str(DEMO_DRAFT), RELEASE, loader="replay")
+    from draftdoctor.predict import PredictionSpec
+
+    # the notebook's defaults: the replay, the demo's target, its prediction on 16 prompts x 48 tokens
+    expected = check(str(DEMO_DRAFT), RELEASE, loader="replay", target=DEMO_DRAFT.parent / "target",
+                     predict=PredictionSpec(DEMO_DRAFT.parent / "target", num_prompts=16, new_tokens=48))
     saved = run_notebook(page, lab, "03-load-coverage.ipynb")
 
     rows = cell(page, 2).locator(".jp-OutputArea-output table.dataframe tbody tr")

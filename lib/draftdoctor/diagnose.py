@@ -58,8 +58,9 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
 
 def _predict(report: CoverageReport, spec: PredictionSpec, checkpoint: Checkpoint) -> None:
     """Run the loaded draft on the target (`predict`) and let what it does outrank what the value rules
-    say: a draft predicted to work has its value errors said as warnings; one predicted to accept nothing
-    gets the prediction's error beside them."""
+    say: a draft predicted to work (sure of it within the prediction's error) has its value errors said as
+    warnings; one predicted to accept nothing gets the prediction's error beside them; in between (too few
+    prompts to tell) the rules stand."""
     from .predict import PredictionUnavailable, findings, predict
 
     misfit = [f for f in report.errors if f.code in MISFIT_CODES]
@@ -72,7 +73,7 @@ def _predict(report: CoverageReport, spec: PredictionSpec, checkpoint: Checkpoin
     except PredictionUnavailable as e:
         report.findings.append(F.finding("not-checked", f"no prediction of acceptance: {e}", severity=F.INFO))
         return
-    if not report.prediction.predicts_nothing:
+    if report.prediction.works:
         report.findings = [F.Finding(f.code, F.WARNING, f"{f.message} (yet the draft as loaded is predicted to work: "
                                                           f"{report.prediction.text().split(' (')[0]})")
                            if f.code in VALUE_CODES and f.severity == F.ERROR else f for f in report.findings]

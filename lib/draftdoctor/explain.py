@@ -60,7 +60,7 @@ def explain_parts(accept_length: float | None, rate: float | None, verdict: str 
         return "not measured", None
     found = meaning(rate)
     head = f"accept length {accept_length:.2f} (strict rate {rate:.2f}): {found.meaning}"
-    if predicted is not None and "predicted accept length" not in (verdict or ""):  # the verdict may say it already
+    if predicted is not None and not (errors and "predicted accept length" in (verdict or "")):  # said once
         head += f" (predicted before serving: {predicted.accept_length:.2f} ± {predicted.accept_length_se:.2f})"
     if found.upto == float("inf"):
         return head + (f"; yet check says: {verdict}" if errors else ""), None

@@ -171,6 +171,7 @@ def save(fig, path) -> None:
     from pathlib import Path
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a notebook run alone, before the step that makes its folder
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
     try:
         fig.savefig(partial, dpi=110, format="png")

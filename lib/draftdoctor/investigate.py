@@ -229,11 +229,12 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
     return result
 
 
-def investigate(params_file, out, cell_timeout: float = 900.0, progress=None) -> list[RunResult]:
-    """Every run of a parameters file; a batch gets one folder per checkpoint and summary.md."""
+def investigate(params_file, out, cell_timeout: float = 900.0, progress=None, override: dict | None = None) -> list[RunResult]:
+    """Every run of a parameters file (`override`: parameters set in place of the file's); a batch gets one
+    folder per checkpoint and summary.md."""
     from .report import write_summary
 
-    runs = load_params(params_file)
+    runs = [run | (override or {}) for run in load_params(params_file)]
     out = Path(out)
     if len(runs) == 1:
         return [investigate_one(runs[0], out, cell_timeout=cell_timeout, progress=progress)]

@@ -87,7 +87,14 @@ class Prediction:
 
     @property
     def predicts_nothing(self) -> bool:
+        """Sure, within its sampling error, to stay below NOTHING_BELOW."""
         return self.accept_length + SIGMAS * self.accept_length_se < NOTHING_BELOW
+
+    @property
+    def works(self) -> bool:
+        """Sure, within its sampling error, to stay above NOTHING_BELOW (neither this nor `predicts_nothing`:
+        too few prompts to tell; the rules then stand as they are)."""
+        return self.accept_length - SIGMAS * self.accept_length_se >= NOTHING_BELOW
 
     def text(self) -> str:
         """'predicted accept length 2.93 ± 0.12 (strict rate 0.48; per draft position 0.78, 0.55, ...)'"""
@@ -97,7 +104,8 @@ class Prediction:
                 f"target tokens, {self.num_steps} draft tokens a step")
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"strict_rate": self.strict_rate, "predicts_nothing": self.predicts_nothing}
+        return asdict(self) | {"strict_rate": self.strict_rate, "predicts_nothing": self.predicts_nothing,
+                               "works": self.works}
 
 
 class PredictionUnavailable(Exception):

@@ -40,7 +40,7 @@ def _coverage_numbers(doc: dict | None) -> dict | None:
     cov = doc["coverage"]
     return {k: cov[k] for k in ("params_total", "params_uninitialized", "bytes_total", "bytes_uninitialized",
                                 "keys_total", "keys_dropped")} | {
-        "verdict": doc["verdict"], "engine": doc["engine"], "loader": doc["loader"],
+        "verdict": doc["verdict"], "engine": doc["engine"], "loader": doc["loader"], "replay": doc.get("replay"),
         "findings": [f["code"] for f in doc["findings"] if f["severity"] == "error"]}
 
 
@@ -98,7 +98,7 @@ def outcome(data: dict) -> list[str]:
         codes = ", ".join(refused) or "an error finding"
         lines.append(f"the fix was refused ({codes}: no rewrite of names or config removes it), so there is no "
                      "\"after\" to measure; the fix section says why and what you can do")
-        if "no-acceptance-predicted" in refused:
+        if set(refused) & VALUE_CODES:
             lines.append(VALUES_CARRY_NOTHING)
     if after:
         lines.append(f"after the fix: {after.get('explanation') or 'not measured'}")
@@ -111,6 +111,8 @@ def outcome(data: dict) -> list[str]:
     return lines
 
 
+# the refusals that say the values carry no training: the prediction's, and the value rules' own
+VALUE_CODES = {"no-acceptance-predicted", "weights-at-init", "nan-weights"}
 # why an investigation ends unresolved when the draft, its names and config right, still accepts nothing
 VALUES_CARRY_NOTHING = ("the draft the engine reads still gets no acceptance: its values carry no training the engine "
                         "can use, which no rewrite of names or config restores: re-export from the training output "
@@ -138,7 +140,10 @@ def unresolved(data: dict, error: str | None) -> bool:
 def _md_coverage(title: str, cov: dict | None) -> list[str]:
     if not cov:
         return [f"**{title}:** not measured", ""]
-    return [f"**{title}** ({md(cov['engine'])}, {md(cov['loader'])} loader): {md(cov['verdict'])}", "",
+    replay = cov.get("replay")
+    beside = ([f"The kit's replay of that loader said: {md(replay['verdict'])} (the same status for "
+               f"{replay['params_agreeing']} of {cov['params_total']} parameters).", ""] if replay else [])
+    return [f"**{title}** ({md(cov['engine'])}, {md(cov['loader'])} loader): {md(cov['verdict'])}", "", *beside,
             "| parameters | left at init | bytes left at init | keys | keys dropped |", "|---|---|---|---|---|",
             f"| {cov['params_total']} | {cov['params_uninitialized']} | {cov['bytes_uninitialized']:,} of "
             f"{cov['bytes_total']:,} | {cov['keys_total']} | {cov['keys_dropped']} |", ""]
@@ -178,10 +183,14 @@ def write_report(out_dir: Path, params: dict, error: str | None) -> dict:
             lines.append(f"- config {md(change['field'])}: {md(change['reason'])}")
         lines.append("")
     if before or after:
-        lines += ["## Acceptance", "", "| run | accept length | strict accept rate | tokens/s |", "|---|---|---|---|"]
+        lines += ["## Acceptance", "", "Measured on the server, and predicted before serving (the draft as the engine loads "
+                  "it, run on the target's own continuations of the same prompts).", "",
+                  "| run | accept length | predicted | strict accept rate | tokens/s |", "|---|---|---|---|---|"]
         for name, run in (("before", before), ("after", after)):
             if run:
-                lines.append(f"| {name} | {_fmt(run['accept_length'])} | {_fmt(run['accept_rate'])} | "
+                predicted = (f"{_fmt(run.get('predicted_accept_length'))} ± {_fmt(run.get('predicted_accept_length_se'))}"
+                             if run.get("predicted_accept_length") is not None else "–")
+                lines.append(f"| {name} | {_fmt(run['accept_length'])} | {predicted} | {_fmt(run['accept_rate'])} | "
                              f"{_fmt(run['tokens_per_s'], 1)} |")
         lines.append("")
         if (out_dir / "acceptance.png").exists():

@@ -61,9 +61,15 @@ def record_names(out_dir, report) -> dict:
     return record
 
 
-def record_coverage(out_dir, report) -> dict:
-    """Step 03: the whole coverage report, findings and verdict."""
+def record_coverage(out_dir, report, replayed=None) -> dict:
+    """Step 03: the whole coverage report, findings and verdict; with `replayed` (the replay's report of the
+    same draft, when `report` is the release's own loader's), what the replay said and on how many
+    parameters the two agree."""
     record = report.to_dict()
+    if replayed is not None:
+        mine = {p.name: p.status for p in replayed.params}
+        record["replay"] = {"verdict": replayed.verdict, "params_agreeing": sum(mine.get(p.name) == p.status
+                                                                                for p in report.params)}
     save_step(out_dir, COVERAGE, record)
     return record
 

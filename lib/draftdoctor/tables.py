@@ -78,3 +78,12 @@ def loading_report(report):
     from .coverage import LOADING_REPORT_COLUMNS
 
     return frame(report.loading_report(), columns=list(LOADING_REPORT_COLUMNS))
+
+
+def loaders_side_by_side(replayed, real):
+    """Each parameter's status as the replay predicted it and as the release's own loader left it (two
+    coverage reports of one draft), and whether they agree: what the kit's rules said, beside what the
+    engine's code did."""
+    mine = {p.name: p.status for p in replayed.params}
+    return frame([{"parameter": p.name, "replay": mine.get(p.name, "-"), "real": p.status,
+                   "agree": mine.get(p.name) == p.status} for p in real.params])

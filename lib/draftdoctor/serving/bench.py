@@ -31,11 +31,12 @@ class DraftMisfit(BenchFailed):
     server started (`preflight`): exit 1."""
 
 
-def preflight(target, drafts: list[tuple[str, str]], engine, prediction=True) -> dict:
+def preflight(target, drafts: list[tuple[str, str]], engine, prediction=True, loader: str = "replay") -> dict:
     """Stop before launching anything when a draft does not fit the target (vocabulary, hidden sizes,
     aux layers the engine can capture): `diagnose.MISFIT_CODES`, the same diagnosis as `check --target`,
     with its prediction of acceptance (`prediction`: a `predict.PredictionSpec`, or True for the default
-    one, False for none). Returns {name: that diagnosis} for the drafts it could read (what a measured
+    one, False for none), each draft placed as `loader` says the engine loads it (the one serving it).
+    Returns {name: that diagnosis} for the drafts it could read (what a measured
     accept length is read against). A target or draft that is not a local folder (a hub id on a GPU host)
     is checked as far as it can be."""
     from ..checkpoint import CheckpointError
@@ -47,7 +48,7 @@ def preflight(target, drafts: list[tuple[str, str]], engine, prediction=True) ->
         if not Path(draft).exists():
             continue
         try:
-            reports[name] = report = check(draft, engine, target=local_target, predict=prediction)
+            reports[name] = report = check(draft, engine, loader=loader, target=local_target, predict=prediction)
         except CheckpointError:
             continue  # unreadable here; the server says why
         found = [f for f in report.errors if f.code in MISFIT_CODES]
@@ -226,7 +227,8 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     # the prediction runs what the measurement sends: the same prompts, token budget and draft tokens a step
     spec = prediction_spec(target, prompts=tuple(prompts), num_prompts=len(prompts), new_tokens=max_new_tokens,
                            num_steps=k - 1) if predict else False
-    reports = preflight(target, drafts, engine or resolve_engine(row.checked_as), prediction=spec or predict)
+    reports = preflight(target, drafts, engine or resolve_engine(row.checked_as), prediction=spec or predict,
+                        loader=loader or "replay")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     label = backend_label(backend, engine)
