@@ -360,7 +360,8 @@ def hostile_lab(tmp_path_factory, browser):
     parameters = {"01": {"checkpoint": drafts["names"]}, "02": {"checkpoint": drafts["names"]},
                   "03": {"checkpoint": drafts["names"]}, "04": {"checkpoint": drafts["story"]},
                   "05": {"checkpoint": drafts["story"], "num_prompts": 4},
-                  "06": {"data_dir": drafts["data"], "num_prompts": 4}}
+                  "06": {"data_dir": drafts["data"], "num_prompts": 4},
+                  "07": {"data_dir": drafts["data"], "num_prompts": 4}}
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         book = _interactive(nbformat.read(path, as_version=4))
         _set_parameters(book, **{k: str(v) if isinstance(v, Path) else v for k, v in parameters[path.name[:2]].items()})
@@ -443,6 +444,12 @@ def test_hostile_05_relaunch_and_chart(page, hostile_lab):
     view.locator(".widget-toggle-buttons").get_by_role("button", name="after").click()
     expect(view.locator("table thead")).to_contain_text("after")
     assert_shown_as_text(page, requests, "05", HOSTILE_FOLDER)
+
+
+def test_hostile_07_predict_acceptance(page, hostile_lab):
+    """Its tables name the tensors that differ: the hostile training-only tensor is the same on both sides."""
+    requests = run_hostile(page, hostile_lab, "07-predict-acceptance.ipynb")
+    assert_shown_as_text(page, requests, "07")
 
 
 def test_hostile_06_beyond_names(page, hostile_lab):

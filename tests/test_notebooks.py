@@ -104,3 +104,19 @@ def test_beyond_names_measures_what_check_flags(tmp_path):
     assert "'different values': 10" in text and "how they differ: {'fresh initialisation': 10}" in text
     assert "fixed names: accept length" in text and "the draft works" in text
     assert "converted: accept length" in text and "the draft runs but predicts little" in text
+
+
+def test_predicting_acceptance_walks_a_converter_no_rule_knows(tmp_path):
+    """Notebook 07: a layer re-drawn from a law no rule lists; the prediction says it predicts nothing,
+    compare says every changed tensor is a fresh initialisation, and the re-export is predicted and
+    measured to work (the two agree: the reference backend computes what the prediction replays)."""
+    _run("07-predict-acceptance.ipynb", tmp_path, num_prompts=8)
+    rows = {r["draft"]: r for r in json.loads((tmp_path / "predict" / "predict.json").read_text())["runs"]}
+    assert rows["converted"]["predicted"] < 1.3 and rows["re-export"]["predicted"] > 2.5
+    for row in rows.values():
+        assert abs(row["predicted"] - row["measured"]) < 1e-9
+    executed = nbformat.read(tmp_path / "07-predict-acceptance.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+    assert "ERROR   no-acceptance-predicted: predicted accept length 1." in text
+    assert "how they differ: {'fresh initialisation': 10}" in text
+    assert (tmp_path / "predict" / "predict.png").stat().st_size > 1000

@@ -129,6 +129,23 @@ def throughput_figure(runs: list[dict]):
     return fig
 
 
+def predicted_figure(rows: list[dict]):
+    """Accept length predicted before serving (with its standard error) beside the one measured, per
+    draft. Rows: {draft, predicted, "predicted ±", measured}."""
+    fig, ax = _figure(6, 3.2)
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["predicted"] for r in rows], 0.4, yerr=[r["predicted ±"] for r in rows],
+           color="#8ab17d", label="predicted (before serving)", capsize=3)
+    ax.bar([x + 0.2 for x in xs], [r["measured"] or 0 for r in rows], 0.4, color="#264653", label="measured (served)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(list(xs), [_plain(r["draft"]) for r in rows])
+    ax.set_ylabel("accept length (tokens / verify step)")
+    ax.set_ylim(0, max([r["predicted"] for r in rows] + [r["measured"] or 0 for r in rows] + [1.0]) * 1.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle("the draft as the engine loads it: predicted, then measured", fontsize=10)
+    return fig
+
+
 def backends_figure(runs: list[dict]):
     """The same drafts on several backends: accept length per draft, one bar per backend, and
     per-position acceptance (one line per backend and draft). Runs are bench summaries; a backend is

@@ -363,25 +363,28 @@ def write_header_only(folder, layout: dict, config: dict | None) -> Path:
     return folder
 
 
-def initial_values(name: str, dtype: str, shape, config: dict, rng) -> np.ndarray:
+def initial_values(name: str, dtype: str, shape, config: dict, rng, draw=None) -> np.ndarray:
     """What a freshly built model holds for tensor `name`: transformers' initialisation (RMSNorm weights
-    1.0, biases 0, matrices drawn from N(0, initializer_range)), and a vocabulary map of zeros."""
+    1.0, biases 0, matrices drawn from N(0, initializer_range)), and a vocabulary map of zeros. `draw(rng,
+    shape)`: another initialiser for the matrices (a converter that builds its model another way)."""
     layer = config.get("transformer_layer_config") or config
     if name.endswith("d2t"):
         return np.zeros(shape, dtype=NUMPY_DTYPES[dtype])
     if len(shape) == 1:
         return np.full(shape, 0.0 if name.endswith(".bias") else 1.0, dtype=NUMPY_DTYPES[dtype])
+    if draw is not None:
+        return np.asarray(draw(rng, tuple(shape))).astype(NUMPY_DTYPES[dtype])
     sigma = float(layer.get("initializer_range") or 0.02)
     return (rng.standard_normal(shape) * sigma).astype(NUMPY_DTYPES[dtype])
 
 
-def sloppy_convert(src, dst, rename: dict[str, str], reinitialise=(), seed: int = 0) -> Path:
+def sloppy_convert(src, dst, rename: dict[str, str], reinitialise=(), seed: int = 0, draw=None) -> Path:
     """What a converter does that builds a fresh model in the engine's names and loads the trained
     tensors into it without strict name matching (speculators issue #1114): every tensor of `src`
     (one safetensors file and its config.json) is written under its renamed name (`rename`: prefix ->
     prefix), but a tensor whose name the rename changed never matched the fresh model's and keeps the
-    fresh model's initial values (`initial_values`); so do the tensors named in `reinitialise`. The
-    names are right for the engine; the values are not. Returns `dst`."""
+    fresh model's initial values (`initial_values`, its matrices drawn by `draw` when given); so do the
+    tensors named in `reinitialise`. The names are right for the engine; the values are not. Returns `dst`."""
     from .checkpoint import open_checkpoint
 
     src, dst = Path(src), Path(dst)
@@ -392,7 +395,7 @@ def sloppy_convert(src, dst, rename: dict[str, str], reinitialise=(), seed: int 
     for name, t in checkpoint.tensors.items():
         renamed = next((new + name[len(old):] for old, new in rename.items() if name.startswith(old)), name)
         if renamed != name or name in reinitialise:
-            tensors[renamed] = initial_values(name, t.dtype, t.shape, config, rng)
+            tensors[renamed] = initial_values(name, t.dtype, t.shape, config, rng, draw)
         else:
             tensors[renamed] = np.frombuffer(t.read(), dtype=NUMPY_DTYPES[t.dtype]).reshape(t.shape)
     dst.mkdir(parents=True, exist_ok=True)
