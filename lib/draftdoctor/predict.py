@@ -61,6 +61,11 @@ class PredictionSpec:
     device: str = "cpu"
     dtype: str = "float32"
 
+    def __post_init__(self):  # paths given as text are paths
+        object.__setattr__(self, "target", Path(self.target))
+        if not isinstance(self.prompts, tuple):
+            object.__setattr__(self, "prompts", Path(self.prompts))
+
 
 @dataclass
 class Prediction:
@@ -235,7 +240,8 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
             try:
                 results.append(speculative_generate(recorded, loaded.draft, loaded.capture, rec.prompt, budget,
                                                     spec.num_steps, eos, chain_offset=loaded.chain_offset,
-                                                    drafts_within_budget=loaded.drafts_within_budget))
+                                                    drafts_within_budget=loaded.drafts_within_budget,
+                                                    aux_repeats=loaded.aux_repeats))
             except CaptureMismatch as e:
                 raise PredictionUnavailable(f"the draft cannot run on what {engine} captures: {e}") from None
     if not results:

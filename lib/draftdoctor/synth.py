@@ -38,6 +38,48 @@ class DraftShape:
 
 
 LLAMA_8B = DraftShape(4096, 32, 8, 128, 14336, 128256, 32000, 4096, (2, 16, 29))
+# a draft for Llama-3.2-1B (16 layers, hidden 2048, 32 x 64 heads, 8 kv heads; its vocabulary)
+LLAMA_1B = DraftShape(2048, 32, 8, 64, 8192, 128256, 32000, 2048, (2, 8, 13))
+
+
+def write_target_and_draft(folder, shape: DraftShape = LLAMA_1B, layers: int = 16) -> tuple[Path, Path]:
+    """A Llama target of `shape`'s sizes with `layers` layers and an EAGLE-3 draft for it (speculators'
+    layout, top-level aux ids), both in bfloat16 with their data as sparse holes (no disk; they read as
+    zeros: the sizes, not the values, are what this is for), the target with the demo's tokenizer.
+    Written once under `folder` (`target/`, `draft/`) and reused."""
+    folder = Path(folder)
+    target, draft = folder / "target", folder / "draft"
+    if (target / "config.json").exists() and (draft / "config.json").exists():
+        return target, draft
+    from .toolstate import DEMO
+
+    s = shape
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    tensors = {"model.embed_tokens.weight": ("BF16", (s.vocab, s.target_hidden)),
+               "model.norm.weight": ("BF16", (s.target_hidden,))}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors |= {p + "input_layernorm.weight": ("BF16", (s.target_hidden,)),
+                    p + "post_attention_layernorm.weight": ("BF16", (s.target_hidden,)),
+                    p + "self_attn.q_proj.weight": ("BF16", (q, s.target_hidden)),
+                    p + "self_attn.k_proj.weight": ("BF16", (kv, s.target_hidden)),
+                    p + "self_attn.v_proj.weight": ("BF16", (kv, s.target_hidden)),
+                    p + "self_attn.o_proj.weight": ("BF16", (s.target_hidden, q)),
+                    p + "mlp.gate_proj.weight": ("BF16", (s.intermediate, s.target_hidden)),
+                    p + "mlp.up_proj.weight": ("BF16", (s.intermediate, s.target_hidden)),
+                    p + "mlp.down_proj.weight": ("BF16", (s.target_hidden, s.intermediate))}
+    target.mkdir(parents=True, exist_ok=True)
+    write_safetensors(target / "model.safetensors", tensors, {"format": "pt"}, fill="sparse")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (target / name).write_bytes((DEMO / "target" / name).read_bytes())
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s.target_hidden,
+        "intermediate_size": s.intermediate, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim, "num_hidden_layers": layers, "vocab_size": s.vocab, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "bos_token_id": 1, "eos_token_id": 2}, indent=2))
+    write_draft(draft, shape, layout="speculators", fill="sparse")
+    return target, draft
 
 
 def draft_tensors(shape: DraftShape, layout: str = "speculators", embed: bool | None = None, qk_norm: bool = False):

@@ -116,21 +116,27 @@ def greedy_generate(target: TargetModel, prompt_ids: list[int], max_new_tokens: 
 def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[int, ...],
                          prompt_ids: list[int], max_new_tokens: int, num_steps: int,
                          eos_token_id: int | None = None, *, chain_offset: int,
-                         drafts_within_budget: bool = False) -> GenerateResult:
+                         drafts_within_budget: bool = False, aux_repeats: bool = False) -> GenerateResult:
     """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify); `chain_offset`:
     the emulated engine's `Profile.chain_position_offset`; `drafts_within_budget`: its
-    `Profile.drafts_within_budget` (a step drafts no more than the token budget has room for)."""
+    `Profile.drafts_within_budget` (a step drafts no more than the token budget has room for);
+    `aux_repeats`: its `Profile.aux_repeats` (a layer named twice is captured twice, in the ids' order)."""
     if num_steps < 1:
         raise ValueError("num_steps must be at least 1")
-    # SGLang tests `i in layers_to_capture` while looping over its layers: each layer once, in order
+    # SGLang tests `i in layers_to_capture` while looping over its layers: each layer once, in order;
+    # llama.cpp copies the state of each id it was given, a repeated one again
     layers = tuple(sorted({i for i in capture if 0 <= i < target.n_layers}))
-    if len(layers) * target.shape.hidden != draft.shape.fc_in:
-        raise CaptureMismatch(f"capturing the input of target layers {list(capture)} gives {len(layers)} distinct aux "
-                              f"states, the draft's fc needs {draft.shape.fc_in // target.shape.hidden}")
+    order = sorted(i for i in capture if 0 <= i < target.n_layers) if aux_repeats else list(layers)
+    if len(order) * target.shape.hidden != draft.shape.fc_in:
+        raise CaptureMismatch(f"capturing the input of target layers {list(capture)} gives {len(order)} "
+                              f"{'' if aux_repeats else 'distinct '}aux states, the draft's fc needs "
+                              f"{draft.shape.fc_in // target.shape.hidden}")
+    picks = [layers.index(i) for i in order]  # the captured states, in the order fc takes them
     capture = layers
     tcache, dcache = target.new_cache(), draft.new_cache()
     prompt = torch.tensor(prompt_ids)
     logits, aux = target.forward(prompt, tcache, capture)
+    aux = [aux[i] for i in picks]
     out, done = _stop([int(logits[-1].argmax())], max_new_tokens, eos_token_id)
     verify_ct, accepted, accepted_before_stop, accepted_before_eos = 0, [0] * num_steps, [0] * num_steps, [0] * num_steps
     # draft extend over the prompt: position p gets (aux at p, token p + 1)
@@ -156,6 +162,7 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
 
         verify = torch.stack([torch.tensor(out[-1]), *drafts])
         logits, aux = target.forward(verify, tcache, capture)
+        aux = [aux[i] for i in picks]
         pred = logits.argmax(dim=-1).tolist()
         n_acc = 0
         while n_acc < k and int(drafts[n_acc]) == pred[n_acc]:

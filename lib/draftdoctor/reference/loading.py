@@ -48,6 +48,7 @@ class LoadedDraft:
     written: set[str]
     chain_offset: int  # rope position of draft chain step i is committed + chain_offset + i
     drafts_within_budget: bool = False  # Profile.drafts_within_budget
+    aux_repeats: bool = False  # Profile.aux_repeats: a layer named twice is captured twice
 
     def speculate(self, target: TargetModel, prompt_ids: list[int], max_new_tokens: int, num_steps: int,
                   eos_token_id: int | None = None, draft: EagleDraft | None = None):
@@ -56,7 +57,7 @@ class LoadedDraft:
 
         return speculative_generate(target, draft or self.draft, self.capture, prompt_ids, max_new_tokens, num_steps,
                                     eos_token_id, chain_offset=self.chain_offset,
-                                    drafts_within_budget=self.drafts_within_budget)
+                                    drafts_within_budget=self.drafts_within_budget, aux_repeats=self.aux_repeats)
 
 
 def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
@@ -115,7 +116,7 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
         elif p.replaced_by_target and p.role == "lm_head":
             draft.params[p.name] = target.head
     return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written,
-                       profile.chain_position_offset, profile.drafts_within_budget)
+                       profile.chain_position_offset, profile.drafts_within_budget, profile.aux_repeats)
 
 
 # torch's view of each safetensors dtype a draft holds
