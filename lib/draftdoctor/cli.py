@@ -183,6 +183,8 @@ def cmd_check(args, out) -> int:
         out.write("\n")
         return status
     out.write(f"{report.engine} ({report.loader} loader) on {_safe(report.path)}\n")
+    if report.loader_detail:
+        out.write(f"loader: {_safe(report.loader_detail)}\n")
     out.write(f"layout: {report.layout.name}; config: {report.config_format}\n\n")
     shapes = shape_texts([p.shape for p in report.params])
     _table([(p.name, p.status, shape, ", ".join(p.keys) or "-") for p, shape in zip(report.params, shapes)],

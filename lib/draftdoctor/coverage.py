@@ -70,6 +70,8 @@ class CoverageReport:
     keys: list[KeyStatus]
     findings: list[F.Finding]
     prediction: object = None  # a `predict.Prediction` when `check` had a target to run the draft on
+    # how a real loader ran when not as the release's own CPU build (realcheck.overlay_detail), else ""
+    loader_detail: str = ""
 
     @property
     def errors(self) -> list[F.Finding]:
@@ -100,6 +102,7 @@ class CoverageReport:
         return {
             "engine": self.engine,
             "loader": self.loader,
+            "loader_detail": self.loader_detail,
             "path": self.path,
             "format": self.config_format,
             "layout": {"name": self.layout.name, "evidence": list(self.layout.evidence)},

@@ -172,6 +172,12 @@ class Profile(ReleaseRange):
     # a speculators config's class, by transformer_layer_config's model_type (vLLM's update_eagle3);
     # other model types are refused ("Unsupported model_type ... for Eagle3 speculator")
     speculators_classes: tuple[tuple[str, str], ...] = ()
+    # (speculators_model_type, top-level keys its reader requires): the types the release reads as an
+    # EAGLE-3 draft (vLLM: `update_eagle3`; P-EAGLE's `update_peagle` builds the same classes and needs
+    # `mask_token_id`); another type is refused, in `speculators_refusals`' words where the release has its
+    # own, else its reader's "Expected one of: ..."; None: the type is not read
+    speculators_types: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    speculators_refusals: tuple[tuple[str, str], ...] = ()  # (speculators_model_type, the engine's message)
     # (model_type, architecture): flat configs the engine turns into another model before its registry
     # (vLLM: DeepSeek-V3 model types become its MTP module, which is no EAGLE-3 draft)
     rewritten_model_types: tuple[tuple[str, str], ...] = ()
@@ -215,6 +221,18 @@ class Profile(ReleaseRange):
     @property
     def spec(self) -> str:
         return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+
+    def assumptions(self) -> str:
+        """What this row says its releases do with a draft, in a few words drawn from its fields (so they
+        cannot disagree with it): what a release newer than every row would be assumed to do."""
+        unmatched = {CRASH: "fails the load", WARN: "is skipped with a warning", SKIP: "is dropped silently"}
+        said = [f"decoder layers named {self.layer_name(0).replace('0', 'N')}",
+                f"a key it cannot place {unmatched[self.on_unmatched[0]]}",
+                f"aux layer ids read from {' then '.join(self.aux_ids_from)}",
+                f"configs read: {', '.join(self.config_formats)}"]
+        if self.speculators_types is not None and SPECULATORS in self.config_formats:
+            said.append("speculators types " + ", ".join(kind for kind, _ in self.speculators_types))
+        return "; ".join(said)
 
     def implements(self, option: str) -> bool:
         """Whether the engine computes one of speculators' draft options (configs.DRAFT_OPTIONS)."""

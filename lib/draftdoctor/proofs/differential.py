@@ -59,6 +59,10 @@ LLAMA_VLLM = {
                                          config_update={"eagle_aux_hidden_state_layer_ids": REMOVE,
                                                         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7],
                                                                          "use_aux_hidden_state": True}}),
+    # P-EAGLE's speculators type (read from 0.22.0, refused from 0.34.0), with its mask token and mask_hidden
+    "peagle-speculators-config": dict(layout="speculators", extra={"mask_hidden": np.zeros((1, 3 * H), dtype=F16)},
+                                      config_update={"speculators_model_type": "peagle", "mask_token_id": 0}),
+    "peagle-without-mask-token": dict(layout="speculators", config_update={"speculators_model_type": "peagle"}),
 }
 # cases whose outcome changes between SGLang releases (the release sweep): each tells two rows apart
 LLAMA_SGLANG = {
