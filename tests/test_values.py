@@ -412,3 +412,19 @@ def test_a_stretch_of_zero_rows_in_a_trained_matrix_is_not_a_zero_tensor(tmp_pat
     values._SEEN.clear()
     monkeypatch.setattr(values.secrets, "randbelow", lambda n: 0)
     assert values.at_init(zeros).holds == values.ZEROS
+
+
+def test_huge_and_tiny_float64_values_are_judged_without_a_warning(tmp_path):
+    """float64 noise near the format's limits (1e300, subnormal 1e-310): squares would overflow or
+    vanish; the block is scaled first, so the noise is found and numpy says nothing."""
+    from draftdoctor.checkpoint import encode_header
+
+    rng = np.random.default_rng(4)
+    for name, scale in (("huge", 1e300), ("tiny", 1e-310)):
+        raw = (rng.standard_normal((64, 192)) * scale).astype(np.float64).tobytes()
+        (tmp_path / f"{name}.safetensors").write_bytes(encode_header([("w", "F64", (64, 192), len(raw))], None) + raw)
+    code = (f"from draftdoctor import values; from draftdoctor.checkpoint import open_checkpoint; "
+            f"print([values.at_init(open_checkpoint({str(tmp_path)!r} + '/' + n + '.safetensors').tensors['w']).holds "
+            f"for n in ('huge', 'tiny')])")
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == "['i.i.d. noise', 'i.i.d. noise']" and not proc.stderr, proc.stdout + proc.stderr

@@ -256,7 +256,9 @@ def structure(values: np.ndarray, rng: np.random.Generator | None = None) -> Str
     if values.size < MIN_ELEMENTS or min(m, n) < MIN_SIDE:
         return None
     rng = rng or np.random.default_rng(secrets.randbits(128))
-    block, std = values, float(values.std())
+    peak = float(np.abs(values).max())  # scaled to at most 1 for the raw spectrum and deviation: float64
+    block = values / peak  # values near its limit (1e300) would overflow when squared
+    std = float(block.std()) * peak
     if m * n > READ_ELEMENTS and n > MIN_SIDE:
         span = max(MIN_SIDE, READ_ELEMENTS // m)
         first = int(rng.integers(n - span + 1))
