@@ -428,3 +428,18 @@ def test_huge_and_tiny_float64_values_are_judged_without_a_warning(tmp_path):
             f"for n in ('huge', 'tiny')])")
     proc = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "['i.i.d. noise', 'i.i.d. noise']" and not proc.stderr, proc.stdout + proc.stderr
+
+
+def test_every_measured_case_gets_the_severity_its_cost_gives(tmp_path):
+    """The drafts whose accept lengths docs/values.md reports (reference.value_costs, measured on the
+    reference backend): the trained one passes, norms at 1.0 are a warning (exit 0), every other case
+    an error (exit 1). Built here without serving them."""
+    from draftdoctor.reference import value_costs
+
+    expected = {"trained (fix output)": None, "final norm at 1.0": "warning", "all four norms at 1.0": "warning"}
+    for name, folder in value_costs.cases(DEMO, tmp_path).items():
+        report = check(folder, "sglang==0.5.10")
+        found = {f.severity for f in report.findings if f.code in ("weights-at-init", "nan-weights")}
+        want = expected.get(name, "error")
+        assert (max(found, key=["info", "warning", "error"].index) if found else None) == want, (name, found)
+        assert bool(report.errors) == (want == "error"), name
