@@ -204,15 +204,23 @@ def _pairs(z: np.ndarray, axis: int) -> float:
 
 
 def _lengths(z: np.ndarray) -> float:
-    """z-score of the spread of the rows' squared lengths. For i.i.d. normal entries each row's squared
-    length q is chi-square(n): variance 2n, and (q - n)^2 has variance 8n^2 + 48n (the fourth central
-    moment of chi-square(n) is 12n(n + 4)). So Q = sum (q - mean q)^2 / (2n (g - 1)) over g rows has mean
-    1 and variance (2 + 12/n)/(g - 1): scored as chi-square(d)/d, d = 2(g - 1)/(2 + 12/n). A trained
-    matrix's rows (and columns) differ in length: some outputs and inputs matter more."""
-    g, n = z.shape
-    q = np.einsum("ij,ij->i", z, z)
-    spread = float(np.sum((q - q.mean()) ** 2)) / (2 * n * (g - 1))
-    return _wilson_hilferty(spread, 2 * (g - 1) / (2 + 12 / n))
+    """z-score of the spread of the rows' squared lengths, for g rows of k gaussianised values.
+
+    Under "i.i.d. entries" the gaussianised block is a random arrangement of fixed scores, so the
+    values y = z^2 are a fixed population (mean mu, variance s2) dealt at random into g rows of k. Each
+    row's sum q then has variance k s2 (N - k)/(N - 1), and the rows' deviations sum to 0, so
+    Q = sum (q - mean q)^2 / (k s2 (g - 1)) has mean N/(N - 1), i.e. 1. Its fluctuation comes only from
+    the products of two values dealt into the same row (the squares' sum is the population's, fixed):
+    g k (k - 1)/2 nearly uncorrelated products of variance s2^2, so Var Q = 2 g (k - 1)/(k (g - 1)^2),
+    scored as chi-square(d)/d, d = 2 / Var Q (about g - 1 for long rows). (Fresh normal draws instead
+    of fixed scores would add the fourth moment of y, a 12/k more: for a 16-row block's columns that
+    was the bound's sd overstated by a third.) A trained matrix's rows (and columns) differ in
+    length: some outputs and inputs matter more."""
+    g, k = z.shape
+    y = z * z
+    q = y.sum(axis=1)
+    spread = float(np.sum((q - q.mean()) ** 2)) / (k * float(y.var()) * (g - 1))
+    return _wilson_hilferty(spread, (k * (g - 1) ** 2) / (g * (k - 1)))
 
 
 @dataclass(frozen=True)
