@@ -254,7 +254,7 @@ class Structure:
                     f"orthogonal matrix times a gain; entry std {self.std:.3g}")
         worst = max(self.z, key=self.z.get)
         return (f"largest singular value {self.edge_ratio:.2f}x the Marchenko-Pastur edge; rows and columns as "
-                f"uncorrelated and as evenly long as i.i.d. draws (largest deviation {self.z[worst]:+.1f} sd, "
+                f"uncorrelated and as evenly long as i.i.d. draws (strongest sign of training {self.z[worst]:+.1f} sd, "
                 f"{worst}, over {m} x {n} values; a trained matrix exceeds {Z_STRUCTURE:g}); entry std {self.std:.3g}")
 
 
