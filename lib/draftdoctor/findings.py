@@ -166,15 +166,16 @@ CODES = {
         "launch with --speculative-algorithm EAGLE3",
     ),
     "nan-weights": Code(
-        ERROR, "tensors whose sampled values are all NaN (or all zero: a warning): the weights were never filled",
+        ERROR, "tensors holding a NaN or an infinity anywhere in what is read (or all zero: a warning): one "
+               "non-finite value spreads to every prediction",
         "load the verifier's weights before saving (speculators: load_verifier_weights), then save again",
     ),
     "weights-at-init": Code(
         ERROR,
-        "tensors the engine serves with that hold a fresh model's initial values (a norm of one constant, a "
-        "matrix statistically drawn from its initialiser, an identity vocabulary map for a reduced vocabulary): "
-        "the names load, the draft predicts like an untrained one (info when the engine replaces the tensor "
-        "with the target's)",
+        "tensors the engine serves with that hold no training: a matrix indistinguishable from i.i.d. noise or "
+        "orthogonal (whatever its initialiser), a constant matrix, an identity vocabulary map for a reduced "
+        "vocabulary; a norm of one constant alone is a warning (it costs little, as measured); info when the "
+        "engine replaces the tensor with the target's",
         "`draftdoctor compare` the training output with this copy: re-export from the trained weights, "
         "with strict name matching in the converter",
     ),
