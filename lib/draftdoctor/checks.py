@@ -115,9 +115,9 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
 
 
 def option_keys(keys, option: str) -> list[str]:
-    """The checkpoint's tensors that belong to a draft option's module, in every spelling trainers and
-    engines use (docs/engine-facts.md: "EAGLE 3.1"): fc_norm's
-    `fc_norm.N` (also `model.`-prefixed) and `aux_norm_low/mid/high`; norm_before_fc's `input_norm`."""
+    """The checkpoint's tensors that belong to a draft option's module, in every spelling trainers and engines
+    use (docs/engine-facts.md: "EAGLE 3.1"): fc_norm's `fc_norm.N` (also `model.`-prefixed) and
+    `aux_norm_low/mid/high`; norm_before_fc's `input_norm`."""
     if option == "fc_norm":
         return [k for k in keys if k.removeprefix("model.").startswith(("fc_norm.", "aux_norm_"))]
     if option == "norm_before_fc":
@@ -135,7 +135,7 @@ def checkpoint_options(checkpoint: Checkpoint) -> dict:
 
 TENSOR_OPTIONS = ("fc_norm", "norm_before_fc")
 WITHOUT = {"fc_norm": "its per-aux norms before fc", "norm_before_fc": "its norm over the concatenated aux states",
-           "norm_before_residual": "the norm before its residual", "norm_output": "its output norm"}
+           "norm_before_residual": "its normed residual", "norm_output": "its output norm"}
 
 
 def _unbuilt_key_fate(profile: Profile, key: str) -> str:
@@ -167,6 +167,9 @@ def _what_happens(option: str, keys: list[str], profile: Profile) -> str:
     if option == "norm_output":
         return ("it feeds the pre-norm state back to the next draft step where the draft was trained on the post-norm "
                 f"one: {without}{LOSS}")
+    if option == "norm_before_residual":
+        return ("it keeps the hidden state from before hidden_norm as the residual where the draft was trained with the "
+                f"normed one: it computes{LOSS.removeprefix(',')}")
     if not keys:
         return f"it ignores the flag: {without}{LOSS}"
     happens, computes = _key_fate(option, keys, profile)
@@ -236,8 +239,7 @@ def _flag_missing(option: str, keys: list[str], profile: Profile) -> F.Finding:
 
 def _norm_output_meaning(checkpoint: Checkpoint, profile: Profile, stated: dict) -> list[F.Finding]:
     """norm_output: true in SpecForge's export (a flat config, `midlayer.*` keys), whose meaning changed in 2026-09
-    (docs/engine-facts.md: "EAGLE 3.1"): nothing in the checkpoint says
-    which meaning it was trained with."""
+    (docs/engine-facts.md: "EAGLE 3.1"): nothing in the checkpoint says which meaning it was trained with."""
     config = checkpoint.config or {}
     midlayer = any(k.startswith("midlayer.") for k in checkpoint.tensors)
     if not (stated.get("norm_output") and config_format(config) == FLAT and midlayer):

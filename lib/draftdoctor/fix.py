@@ -352,9 +352,9 @@ def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, s
 
 def _norm_switches(ckpt: Checkpoint) -> tuple[dict, list[ConfigChange]]:
     """The config with the switch on for every norm whose tensors the checkpoint holds but whose switch it
-    does not set (docs/engine-facts.md: "EAGLE 3.1"): the draft was
-    trained with that norm, and an engine builds it only with the switch. At the top level, where every
-    engine reading it looks (a norm_before_fc in eagle_config, which it overrides, is taken out)."""
+    does not set (docs/engine-facts.md: "EAGLE 3.1"): the draft was trained with that norm, and an engine
+    builds it only with the switch. At the top level, where every engine reading it looks (a norm_before_fc
+    in eagle_config, which it overrides, is taken out)."""
     config = json.loads(json.dumps(ckpt.config))
     changes = []
     for option in TENSOR_OPTIONS:

@@ -9,10 +9,10 @@ edges were then checked by running the last release of every minor version from 
 down_proj/o_proj is padded silently from 0.5.3 (an error before); `input_norm` (norm_before_fc) is
 built from 0.5.17; the MLA class from 0.5.12; up to 0.5.9 (transformers 4.x) a speculators config is
 read as whatever model type its folder's path names, and the build fails later instead.
-EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): up to 0.5.11 no
-release builds fc_norm or honours norm_output, and the loader skips the norms' keys without a word; from
-0.5.12 `fc_norm` (or the older `use_aux_norm`) builds one norm per aux state, `aux_norm_low/mid/high` are
-renamed to `fc_norm.0/1/2`, and `norm_output` feeds the post-norm state back; input_norm from 0.5.17.
+EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): up to 0.5.11 no release builds fc_norm or honours
+norm_output, and the loader skips the norms' keys without a word; from 0.5.12 `fc_norm` (or the older
+`use_aux_norm`) builds one norm per aux state, `aux_norm_low/mid/high` are renamed to `fc_norm.0/1/2`,
+and `norm_output` feeds the post-norm state back; input_norm from 0.5.17.
 """
 
 from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts

@@ -17,9 +17,9 @@ speculators' nested config directly. The rows differ in four things:
   reads eagle_config's; `draftdoctor fix` writes top-level ids, which both read. (V1 from 0.25.0
   also keeps a missing embedding at initial values when the draft's width is not the target's,
   where Model Runner V2 shares the target's anyway: not modelled.)
-EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): input_norm from
-0.18.0, fc_norm and norm_output from 0.22.0; an unbuilt input_norm's key is dropped on purpose, an unbuilt
-fc_norm's (or `aux_norm_*`, or a `model.`-prefixed norm) fails the load like any unknown key.
+EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): input_norm from 0.18.0, fc_norm and norm_output from
+0.22.0; an unbuilt input_norm's key is dropped on purpose, an unbuilt fc_norm's (or `aux_norm_*`, or a
+`model.`-prefixed norm) fails the load like any unknown key.
 Within each row `llama_eagle3.py` differs only in typing, kv-cache-scale handling and a
 pipeline-parallel layer count; the loader and speculators config code differ in ways an EAGLE-3
 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.21.0.
