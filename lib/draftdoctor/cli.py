@@ -90,7 +90,7 @@ def _inspect(args, out) -> int:
     ckpt = open_checkpoint(args.path)
     table = tensor_columns(ckpt)
     layout = detect_layout(ckpt.tensors, ckpt.config)
-    found = recognise(ckpt.tensors, ckpt.config)
+    found = recognise(ckpt.tensors, ckpt.config, metadata_absent=all(s.metadata is None for s in ckpt.shards))
     if args.format == "json":
         import orjson
         from functools import partial

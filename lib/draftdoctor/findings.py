@@ -140,6 +140,21 @@ CODES = {
         ERROR, "a norm over the concatenated aux states (norm_before_fc) that this engine release does not apply",
         "serve with an engine release that applies it (the finding names them, from the profile rows)",
     ),
+    "norm-output-unsupported": Code(
+        ERROR, "trained to feed its post-norm state back to the next step (norm_output, EAGLE 3.1), which this "
+               "engine release does not do: it feeds the pre-norm state back",
+        "serve with an engine release that applies it (the finding names them, from the profile rows)",
+    ),
+    "norm-flag-missing": Code(
+        ERROR, "the checkpoint holds a norm's tensors (fc_norm, input_norm) but the config does not set the flag that "
+               "makes the engine build that norm: its keys are skipped, or refused, and the draft computes without it",
+        "`draftdoctor fix` sets the flag where the engine reads it",
+    ),
+    "norm-output-ambiguous": Code(
+        WARNING, "norm_output: true in SpecForge's export, whose meaning SpecForge changed in 2026-09: the checkpoint "
+                 "does not say whether the draft expects the pre-norm or the post-norm state fed back",
+        "measure acceptance (`draftdoctor bench`), also with norm_output: false where the release reads it",
+    ),
     "vocab-map-missing": Code(
         ERROR, "a reduced draft vocabulary without d2t: draft ids are read as target ids",
         "re-export the draft with its d2t/t2d tensors",

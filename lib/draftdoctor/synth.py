@@ -411,15 +411,17 @@ def write_header_only(folder, layout: dict, config: dict | None) -> Path:
     """A published draft rebuilt from its header alone (tests/corpus/public: `tensors.json`, format
     HEADER_ONLY_FORMAT): every tensor's name, dtype and shape, data as a sparse hole (no disk, reads as
     zeros), in the published shards (`shards`, else one model.safetensors: a published `.bin` is
-    rebuilt as safetensors, which every engine reads too), and its config.json."""
+    rebuilt as safetensors, which every engine reads too), with the header's `metadata` (`{"format": "pt"}`, as
+    transformers writes, unless the list says otherwise; null: none), and its config.json."""
     if layout.get("format") != HEADER_ONLY_FORMAT:
         raise ValueError(f"not a {HEADER_ONLY_FORMAT} tensor list")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: (t["dtype"], tuple(t["shape"])) for name, t in layout["tensors"].items()}
     shards = layout.get("shards") or {"model.safetensors": list(tensors)}
+    metadata = layout.get("metadata", {"format": "pt"})  # null: the writer wrote no __metadata__
     for file, names in shards.items():
-        write_safetensors(folder / file, {n: tensors[n] for n in names}, {"format": "pt"}, fill="sparse")
+        write_safetensors(folder / file, {n: tensors[n] for n in names}, metadata, fill="sparse")
     if len(shards) > 1:
         weight_map = {n: file for file, names in shards.items() for n in names}
         total = sum(int(np.prod(shape, dtype=np.int64)) * DTYPE_BYTES[dtype] for dtype, shape in tensors.values())

