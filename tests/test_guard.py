@@ -160,7 +160,8 @@ FAKE_SERVER = textwrap.dedent("""
         report(DRAFT, outcome=SERVED, line="draftdoctor guard: 1 of 1 draft parameters written")
     from draftdoctor.serving.sglang import READY_LINE
     print(READY_LINE, flush=True)
-    listening.accept()
+    while True:  # until stopped: the launcher may knock (its health check) before the ready line is printed
+        listening.accept()[0].close()
 """)
 
 
