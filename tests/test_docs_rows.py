@@ -118,3 +118,12 @@ def test_a_row_changed_alone_fails(monkeypatch):
     assert after == {"accept_rate_first": ("0.5.5",), "one_layer": ("0.4.9", "0.5.11"),
                      "identity_vocab_map": ("0.16.0", "0.29.0")}
     assert all(after[k] != stated_before[k] for k in after)
+
+
+def test_every_finding_code_is_in_the_readme():
+    """Codes are the kit's interface: each registered code has its row in README's "Finding codes" table."""
+    from draftdoctor.findings import CODES
+
+    table = (ROOT / "README.md").read_text().split("## Finding codes")[1].split("\n## ")[0]
+    listed = {code for row in re.findall(r"^\| ([^|]+) \|", table, re.MULTILINE) for code in re.findall(r"`([a-z0-9-]+)`", row)}
+    assert set(CODES) - listed == set()
