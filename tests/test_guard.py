@@ -1,4 +1,4 @@
-"""The guard in the serving process (issue 34): the engine's own loader, recorded in the process that
+"""The guard in the serving process: the engine's own loader, recorded in the process that
 loads the draft, refuses a draft it leaves unwritten before the server is ready.
 
 - the launcher and its start-up hook (no engine): usage, what keeps the hook out, every spawned process;
