@@ -29,76 +29,75 @@ def test_counters_are_read_from_prometheus_text():
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory):
-    """`bench --backend vllm --engine sglang==0.5.10`: the story's draft and its fix, each served on real
-    vLLM as SGLang 0.5.10's loader leaves it."""
-    from draftdoctor.fix import apply_fix, plan_fix
-
-    require_release("0.32.0", "vllm")
-    out = tmp_path_factory.mktemp("vllm-story")
-    fixed = apply_fix(plan_fix(DEMO / "draft-story", "sglang==0.5.10", target=DEMO / "target"), out / "fixed").dst
-    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "bench", "--backend", "vllm", "--engine",
-                           "sglang==0.5.10", "--target", str(DEMO / "target"), "--draft", f"before={DEMO / 'draft-story'}",
-                           "--draft", f"after={fixed}", "--out", str(out / "bench"), "--num-prompts", "8"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc, out / "bench"
-
-
-def test_the_story_on_a_real_engine(story):
-    proc, out = story
-    runs = {r["name"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
-    assert runs["before"]["accept_length"] <= 1.05 and runs["after"]["accept_length"] >= 2.0
-    assert all(r["backend"] == "vllm" and r["requests"] == 8 for r in runs.values())
-    assert "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads it" in proc.stdout
-
-
-def test_what_was_served_stands_for_sglangs_load(story):
-    """The before draft was served without the tensors SGLang 0.5.10 drops (speculators' layers.0.*),
-    with ids restated so vLLM captures the layers SGLang captures."""
-    _, out = story
-    served = open_checkpoint(out / "served-before")
-    assert not any(k.startswith("layers.0.") for k in served.tensors) and "fc.weight" in served.tensors
-    config = json.loads((out / "served-before" / "config.json").read_text())
-    assert config["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]  # SGLang's eagle_config [0, 2, 3], plus one
-    # the fixed draft loses nothing but t2d, which SGLang skips by design
-    assert set(open_checkpoint(out.parent / "fixed").tensors) - set(open_checkpoint(out / "served-after").tensors) == {"t2d"}
-
-
-def test_speculation_does_not_change_greedy_output(story):
-    """Lossless: with a dead draft and with a good one, vLLM returns the target's greedy text."""
-    _, out = story
-    runs = {r["name"]: r for r in json.loads((out / "requests.json").read_text())}
-    before = [r["text"] for r in runs["before"]["request_log"]]
-    after = [r["text"] for r in runs["after"]["request_log"]]
-    assert before == after and all(before)
-
-
-def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(tmp_path):
+def arc(tmp_path_factory):
     """`make demo-vllm` (investigate-vllm.yaml, fewer prompts): the whole arc measured on real vLLM, the
-    report labelled with the real engine and the two backends charted side by side."""
+    story's draft and its fix each served as SGLang 0.5.10's loader leaves it, with the reference backend
+    beside it. One run for every test below: a real vLLM server per draft is the suite's dearest step."""
     import yaml
 
     from draftdoctor.investigate import investigate
 
     require_release("0.32.0", "vllm")
-    params = yaml.safe_load((DEMO / "investigate-vllm.yaml").read_text()) | {"num_prompts": 6}
+    out = tmp_path_factory.mktemp("vllm-arc")
+    params = yaml.safe_load((DEMO / "investigate-vllm.yaml").read_text()) | {"num_prompts": PROMPTS}
     for key in ("checkpoint", "target", "prompts"):
         params[key] = str(DEMO / params[key])
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
-    [result] = investigate(tmp_path / "p.yaml", tmp_path / "out", cell_timeout=600)
+    (out / "p.yaml").write_text(yaml.safe_dump(params))
+    [result] = investigate(out / "p.yaml", out / "run", cell_timeout=600)
     assert result.error is None, result.error
+    return result, out / "run", out / "run"  # notebook 05 benches into the run's own folder (results.json)
+
+
+PROMPTS = 6
+
+
+def test_the_story_on_a_real_engine(arc):
+    _, _, bench = arc
+    runs = {r["name"]: r for r in json.loads((bench / "results.json").read_text())["runs"]}
+    assert runs["before"]["accept_length"] <= 1.05 and runs["after"]["accept_length"] >= 2.0
+    assert all(r["backend"] == "vllm" and r["requests"] == PROMPTS for r in runs.values())
+    assert all(r["backend_label"] == "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads it"
+               for r in runs.values())
+
+
+def test_what_was_served_stands_for_sglangs_load(arc):
+    """The before draft was served without the tensors SGLang 0.5.10 drops (speculators' layers.0.*),
+    with ids restated so vLLM captures the layers SGLang captures."""
+    from draftdoctor.runs import fixed_checkpoint
+
+    _, run, bench = arc
+    served = open_checkpoint(bench / "served-before")
+    assert not any(k.startswith("layers.0.") for k in served.tensors) and "fc.weight" in served.tensors
+    config = json.loads((bench / "served-before" / "config.json").read_text())
+    assert config["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]  # SGLang's eagle_config [0, 2, 3], plus one
+    # the fixed draft loses nothing but t2d, which SGLang skips by design
+    fixed = open_checkpoint(fixed_checkpoint(run))
+    assert set(fixed.tensors) - set(open_checkpoint(bench / "served-after").tensors) == {"t2d"}
+
+
+def test_speculation_does_not_change_greedy_output(arc):
+    """Lossless: with a dead draft and with a good one, vLLM returns the target's greedy text."""
+    _, _, bench = arc
+    runs = {r["name"]: r for r in json.loads((bench / "requests.json").read_text())}
+    before = [r["text"] for r in runs["before"]["request_log"]]
+    after = [r["text"] for r in runs["after"]["request_log"]]
+    assert before == after and all(before)
+
+
+def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(arc):
+    """The report labelled with the real engine and the two backends charted side by side."""
+    result, run, _ = arc
     report = result.report
     assert report["before"]["accept_length"] <= 1.05 and report["after"]["accept_length"] >= 2.0
     assert report["before"]["backend_label"] == "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads it"
     reference_before, reference_after = report["compared"]
     assert reference_before["backend_label"].startswith("reference backend emulating sglang==0.5.10")
     assert reference_before["accept_length"] <= 1.05 and reference_after["accept_length"] >= 2.0
-    text = (tmp_path / "out" / "report.md").read_text()
+    text = (run / "report.md").read_text()
     assert "Measured on vLLM 0.32.0 (real engine, CPU)" in text and "## Backends compared" in text
-    assert (tmp_path / "out" / "backends.png").stat().st_size > 10_000
+    assert (run / "backends.png").stat().st_size > 10_000
     # notebook 05 teaches the guard: the story's draft refused inside vLLM, beside check's verdict
-    [executed] = (tmp_path / "out").rglob("05-relaunch-and-chart.ipynb")
+    [executed] = run.rglob("05-relaunch-and-chart.ipynb")
     said = "".join(text for cell in json.loads(executed.read_text())["cells"] for output in cell.get("outputs", [])
                    for text in output.get("text", []))
     assert "check, before serving: decoder layer left at initial values" in said
