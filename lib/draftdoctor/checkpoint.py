@@ -49,6 +49,7 @@ DTYPE_BITS = {
 }
 
 DTYPE_NAMES = {name: name for name in DTYPE_BITS}
+DTYPE_BYTES = {name: bits // 8 for name, bits in DTYPE_BITS.items() if bits % 8 == 0}
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -98,7 +99,7 @@ class ShardHeader:
     def __init__(self, path: Path, header_len: int, tensors: list[TensorInfo] | None = None,
                  metadata: dict[str, str] | None = None, columns: tuple | None = None):
         self.path, self.header_len, self.metadata = path, header_len, metadata
-        self._tensors, self._columns = tensors, columns  # columns: names, dtypes, shapes, begins, ends (relative)
+        self._tensors, self._columns = tensors, columns  # names, dtypes, shapes, begins (in the data), sizes
 
     def __repr__(self) -> str:
         return f"ShardHeader({str(self.path)!r}, {len(self)} tensors)"
@@ -113,11 +114,10 @@ class ShardHeader:
     @property
     def tensors(self) -> list[TensorInfo]:
         if self._tensors is None:
-            names, dtypes, shapes, begins, ends = self._columns
-            start = repeat(self.data_start)
+            names, dtypes, shapes, begins, sizes = self._columns
+            begins = list(map(add, begins, repeat(self.data_start)))
             self._tensors = list(map(partial(tuple.__new__, TensorInfo),
-                                     zip(names, dtypes, shapes, repeat(self.path), map(add, begins, start),
-                                         map(add, ends, start))))
+                                     zip(names, dtypes, shapes, repeat(self.path), begins, map(add, begins, sizes))))
         return self._tensors
 
     @property
@@ -129,9 +129,9 @@ class ShardHeader:
         """The tensors as columns: names, dtypes, shapes and sizes in bytes, in file order."""
         if self._columns is None:
             names, dtypes, shapes, _, begins, ends = map(list, zip(*self._tensors)) if self._tensors else ([],) * 6
-        else:
-            names, dtypes, shapes, begins, ends = self._columns
-        return names, dtypes, shapes, list(map(sub, ends, begins))
+            return names, dtypes, shapes, list(map(sub, ends, begins))
+        names, dtypes, shapes, _, sizes = self._columns
+        return names, dtypes, shapes, sizes
 
 
 class Checkpoint:
@@ -309,26 +309,26 @@ def read_header(path: Path) -> ShardHeader:
 
 def _columns(header: dict, data_size: int) -> tuple | None:
     """A header's entries (`__metadata__` taken out) as columns: names, dtypes, shapes (tuples), begins
-    and ends (within the data section), when every entry is as the format says and the tensors tile
-    the data section in header order (as every writer stores them); otherwise None.
+    (within the data section) and sizes in bytes, when every entry is as the format says and the
+    tensors tile the data section in header order (as every writer stores them); otherwise None.
 
     This runs over 10^5 entries for a large checkpoint, where each Python-level pass costs milliseconds,
     so the checks are whole columns at once: a known dtype per entry (a dictionary lookup); every shape
     a list of non-negative integers and every data_offsets a pair of them, checked on the columns
     written back as JSON, where such lists are nothing but digits inside a fixed skeleton of brackets
-    and commas (any other value writes some other character there); each size from its shape and dtype;
-    each tensor ending where the next begins.
+    and commas (any other value writes some other character there); each tensor ending where the next
+    begins; each size from its shape and dtype. A shape is parsed once per distinct one (its JSON text),
+    so every tensor of that shape holds the same tuple.
     """
     n = len(header)
     if not n:
-        return ([], [], [], [], []) if data_size == 0 else None
+        return ([], [], [], array("q"), []) if data_size == 0 else None
     names, values = list(header), list(header.values())
     try:
-        dtypes = list(map(itemgetter("dtype"), values))
-        shapes = list(map(itemgetter("shape"), values))
+        dtypes = list(map(DTYPE_NAMES.get, map(itemgetter("dtype"), values)))
+        shapes = _dumps(list(map(itemgetter("shape"), values)))
         offsets = list(map(itemgetter("data_offsets"), values))
-        bits = list(map(DTYPE_BITS.get, dtypes))
-        if (None in bits or _dumps(shapes).translate(None, b"0123456789,") != b"[" + b"[]" * n + b"]"
+        if (None in dtypes or shapes.translate(None, b"0123456789,") != b"[" + b"[]" * n + b"]"
                 or _dumps(offsets).translate(None, b"0123456789") != b"[" + b"[,]," * (n - 1) + b"[,]]"):
             return None
     except (TypeError, KeyError, ValueError, RecursionError):  # not an object, a field missing, an unhashable dtype
@@ -336,12 +336,18 @@ def _columns(header: dict, data_size: int) -> tuple | None:
     begins, ends = zip(*offsets)
     if begins[0] or ends[-1] != data_size or begins[1:] != ends[:-1]:
         return None  # not tiled in header order: the entry-by-entry check sorts and names the problem
-    if list(map(mul, bits, map(prod, shapes))) != list(map(mul, map(sub, ends, begins), repeat(8))):
+    texts = shapes[2:-2].split(b"],[")  # each shape's JSON: b'2048,7168'
+    parsed = {text: tuple(map(int, text.split(b","))) if text else () for text in dict.fromkeys(texts)}
+    sizes = list(map(sub, ends, begins))
+    numel = {text: prod(shape) for text, shape in parsed.items()}
+    element = list(map(DTYPE_BYTES.get, dtypes))
+    if None in element:  # a sub-byte dtype (F4, F6): in bits
+        element, sizes8 = list(map(DTYPE_BITS.__getitem__, dtypes)), list(map(mul, sizes, repeat(8)))
+    else:
+        sizes8 = sizes
+    if list(map(mul, element, map(numel.__getitem__, texts))) != sizes8:
         return None
-    shapes = list(map(tuple, shapes))
-    shared = dict(zip(shapes, shapes))  # one object per distinct shape, dtypes from DTYPE_NAMES, offsets in
-    return (names, list(map(DTYPE_NAMES.__getitem__, dtypes)), list(map(shared.__getitem__, shapes)),  # arrays:
-            array("q", begins), array("q", ends))  # a tenth of the memory, so a tenth of the page faults
+    return names, dtypes, list(map(parsed.__getitem__, texts)), array("q", begins), sizes
 
 
 def _dumps(value) -> bytes:

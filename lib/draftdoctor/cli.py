@@ -203,10 +203,12 @@ def _csv_cell(text: str) -> str:
 
 
 def _json_text(text: str) -> str:
-    """JSON text with every character that is not printable (a right-to-left override, a zero-width
-    space, a line separator) written as its \\u escape, as the standard encoder writes them: the same
-    data to a JSON reader, and nothing a terminal or editor reorders or hides. (orjson writes them raw.)"""
-    if _printable([text]):
+    """JSON text as orjson writes it with every character that is not printable (a right-to-left
+    override, a zero-width space, a line separator) written as its \\u escape, as the standard encoder
+    writes them: the same data to a JSON reader, and nothing a terminal or editor reorders or hides.
+    (orjson writes them raw, but escapes every character below 0x20 itself: in ASCII text only DEL can
+    be left, found by one search in C.)"""
+    if text.isascii() and "\x7f" not in text or text.isprintable():
         return text
     import re
 
@@ -279,10 +281,12 @@ def cmd_fix(args, out) -> int:
     from .fix import NOTHING_TO_CHANGE, FixBlocked, apply_fix, plan_fix
     from .tables import human_bytes
 
+    # writing, the plan is judged (`check` on the result: values, replay, prediction) while the copy is written
     plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader,
-                    head_from_target=args.head_from_target, predict=_prediction(args))
-    refused = plan.refusal(args.allow_lossy)
+                    head_from_target=args.head_from_target, predict=_prediction(args),
+                    judge=args.plan or args.out is None)
     if args.plan:
+        refused = plan.refusal(args.allow_lossy)
         if args.format == "json":
             json.dump(plan.to_dict() | {"refused": [f.code for f in refused.findings] if refused else []}, out, indent=1)
             out.write("\n")

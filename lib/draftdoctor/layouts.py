@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import itemgetter
+from itertools import repeat
 
+from .beginnings import each_beginning
 from .configs import FLAT, SPECULATORS, config_format
 
 SPECULATORS_LAYOUT = "speculators"
@@ -41,21 +41,15 @@ class Layout:
 
 
 def layer_prefixes(keys) -> tuple[str, ...]:
-    """The distinct decoder-layer prefixes among `keys`, in layer order (`midlayer.` first).
-
-    A target has 10^5 keys, and a regular expression per key costs tens of milliseconds. LAYER_HEAD
-    reads no further than a key's third dot, so it is matched once per distinct beginning that holds
-    three dots or is the whole key: the first 16 characters, then twice as many of the keys whose
-    beginning was neither, and so on."""
-    heads, width = set(), 16
-    while keys:
-        starts = list(map(itemgetter(slice(0, width)), keys))
-        distinct = dict.fromkeys(starts)
-        heads.update(m[0] for m in map(LAYER_HEAD.match, distinct) if m)
-        undecided = {start for start in distinct if len(start) == width and start.count(".") < 3}
-        keys = list(compress(keys, map(undecided.__contains__, starts))) if undecided else []
-        width *= 2
+    """The distinct decoder-layer prefixes among `keys`, in layer order (`midlayer.` first)."""
+    heads = each_beginning(list(keys), _head) - {None}  # once per distinct beginning: 10^5 keys in a target
     return tuple(sorted(heads, key=lambda head: int(LAYER_HEAD.match(head).group(1) or -1)))
+
+
+def _head(key: str) -> str | None:
+    """A key's decoder-layer prefix, if it has one (reads no further than its third dot)."""
+    m = LAYER_HEAD.match(key)
+    return m[0] if m else None
 
 
 def detect_layout(keys, config: dict | None) -> Layout:
@@ -64,13 +58,8 @@ def detect_layout(keys, config: dict | None) -> Layout:
     prefixes = layer_prefixes(keys)
     evidence = []
     fmt = config_format(config)
-    text = "\n" + "\n".join(keys) + "\n"
-    if text.count("\n") == len(keys) + 1:  # no key holds a line break: one search of the joined keys, in C
-        is_draft = any(f"{marker}\n" in text for marker in DRAFT_MARKERS)
-        n_prefixed = text.count("\nmodel.")
-    else:
-        is_draft = any(map(str.endswith, keys, repeat(DRAFT_MARKERS)))
-        n_prefixed = sum(map(str.startswith, keys, repeat("model.")))
+    is_draft = any(map(str.endswith, keys, repeat(DRAFT_MARKERS)))
+    n_prefixed = sum(map(str.startswith, keys, repeat("model.")))
     prefixed = bool(keys) and n_prefixed > len(keys) // 2
     if prefixed:
         evidence.append(f"{n_prefixed} of {len(keys)} keys start with 'model.'")
