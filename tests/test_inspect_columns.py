@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftdoctor import cli
+from draftdoctor import cli, tables
+from draftdoctor.beginnings import each_beginning, per_beginning
 from draftdoctor.checkpoint import (DTYPE_BITS, CheckpointError, _check_packing, _tensor_info, open_checkpoint,
                                     read_header)
 from draftdoctor.layouts import LAYER_HEAD, layer_prefixes
@@ -134,6 +135,14 @@ PARTS = ["model", "layers", "midlayer", "0", "7", "12", "0123456789" * 3, "mlp",
 def test_layer_prefixes_agree_with_one_match_per_key(keys):
     heads = {m[0] for m in map(LAYER_HEAD.match, keys) if m}
     assert layer_prefixes(keys) == tuple(sorted(heads, key=lambda h: int(LAYER_HEAD.match(h).group(1) or -1)))
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(names=st.lists(st.lists(st.sampled_from(PARTS + ["a\nb", "model\n"]), min_size=1, max_size=6).map(".".join),
+                      max_size=10))
+def test_modules_agree_with_one_match_per_name(names):
+    assert per_beginning(names, tables._module) == [tables.MODULE_PREFIX.match(n)[0] for n in names]
+    assert each_beginning(names, tables._module) == {tables.MODULE_PREFIX.match(n)[0] for n in names}
 
 
 def test_shape_texts_of_anything_else_are_each_shape_joined():
