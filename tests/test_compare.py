@@ -91,11 +91,11 @@ def test_the_same_tensors_under_a_config_of_another_meaning_differ(tmp_path):
     lines = proc.stdout.splitlines()
     assert "  as written: same: aux layers [1, 3, 4], norms none, vocabularies 114/96 (target/draft)" in lines
     assert "  vllm 0.12.0–0.22.1: DIFFERENT: aux layers: A [0, 2, 3], B [1, 3, 4]" in lines
-    assert "  vllm 0.23.0–0.33.0: DIFFERENT: aux layers: A [2, 3, 3], B [1, 3, 4]" in lines
+    assert "  vllm 0.23.0–0.34.0: DIFFERENT: aux layers: A [2, 3, 3], B [1, 3, 4]" in lines
     assert "  llamacpp==0.3.36: DIFFERENT: aux layers: A [2, 3, 3], B [1, 3, 4]" in lines
     sglang = "  sglang 0.4.4.post2–0.5.23: not compared: reads only A's config (B's: config-unreadable)"
     assert sglang in lines
-    assert lines[-1] == "verdict: A and B differ: config meaning (vllm 0.12.0–0.22.1, vllm 0.23.0–0.33.0, llamacpp==0.3.36)"
+    assert lines[-1] == "verdict: A and B differ: config meaning (vllm 0.12.0–0.22.1, vllm 0.23.0–0.34.0, llamacpp==0.3.36)"
     # asked about SGLang 0.5.10, which reads only one of the two: that is a difference there
     proc = _cli(DEMO / "draft-story", DEMO / "draft-speculators", "--engine", "sglang==0.5.10")
     assert proc.returncode == 1 and "  sglang==0.5.10: DIFFERENT: reads only A's config (B's: config-unreadable)" \
@@ -119,7 +119,7 @@ def test_unshifted_aux_ids_capture_other_layers_in_sglang(tmp_path):
     assert rows["sglang 0.4.4.post2–0.5.23"].differences == ["aux layers: A [1, 3, 4], B [2, 4, 5]"]
     assert rows["vllm 0.12.0–0.22.1"].differences == ["aux layers: A [0, 2, 3], B [1, 3, 4]"]
     # later vLLM and llama.cpp read no eagle_config ids: both sides get the defaults, which mean the same
-    assert rows["vllm 0.23.0–0.33.0"].outcome == rows["llamacpp==0.3.36"].outcome == "same"
+    assert rows["vllm 0.23.0–0.34.0"].outcome == rows["llamacpp==0.3.36"].outcome == "same"
     # every release of every engine is in exactly one row: the ranges tile the profile rows
     for engine in ("sglang", "vllm"):
         releases = sorted({v for p in all_profiles() if p.engine == engine for v in (p.first, p.last)}, key=parse_version)
@@ -155,7 +155,7 @@ def test_default_aux_layers_need_the_target_only_where_they_could_coincide(tmp_p
                       eagle_aux_hidden_state_layer_ids=[2, 3, 3])
     proc = _cli(defaults, explicit)
     assert proc.returncode == 1
-    assert ("  vllm 0.12.0–0.33.0: NEEDS A TARGET: aux layers: A the defaults [2, N//2, N-3], B [2, 3, 3] (the same "
+    assert ("  vllm 0.12.0–0.34.0: NEEDS A TARGET: aux layers: A the defaults [2, N//2, N-3], B [2, 3, 3] (the same "
             "only for a 6-layer target: give --target to settle it)") in proc.stdout.splitlines()
     assert proc.stdout.splitlines()[-1].endswith("unless the target has the layer count named above: --target settles it")
     proc = _cli(defaults, explicit, "--target", DEMO / "target")
@@ -173,7 +173,7 @@ def test_bad_compare_arguments_are_one_line_exit_2(tmp_path):
     layerless = tmp_path / "layerless" / "config.json"
     layerless.parent.mkdir()
     layerless.write_text(json.dumps({"hidden_size": 64}))
-    for args, said in (((DEMO / "draft-story", DEMO / "draft-story", "--engine", "sglang==9.9.9"), "not a known release"),
+    for args, said in (((DEMO / "draft-story", DEMO / "draft-story", "--engine", "sglang==9.9.9"), "is newer than every release the kit knows"),
                        ((DEMO / "draft-story", DEMO / "draft-story", "--target", tmp_path), "no config.json for the target"),
                        ((DEMO / "draft-story", DEMO / "draft-story", "--target", layerless), "no usable num_hidden_layers")):
         proc = _cli(*args)

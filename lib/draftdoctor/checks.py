@@ -18,10 +18,10 @@ from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
 from .configs import (DRAFT_OPTIONS, FLAT, RECORD_KEY, SPECULATORS, DraftDims, config_format, draft_options,
                       layer_config, layer_options, unsupported_options)
-from .engines import Profile, releases_where
+from .engines import CRASH, SKIP, WARN, Profile, releases_where
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
-                "fc_norm": "fc-norm-unsupported"}
+                "fc_norm": "fc-norm-unsupported", "norm_output": "norm-output-unsupported"}
 
 
 def read_target_config(path) -> dict:
@@ -112,24 +112,98 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     return out
 
 
+def option_keys(keys, option: str) -> list[str]:
+    """The checkpoint's tensors that belong to a draft option's module, in every spelling trainers and engines
+    use (docs/engine-facts.md: "EAGLE 3.1"): fc_norm's `fc_norm.N` (also `model.`-prefixed) and
+    `aux_norm_low/mid/high`; norm_before_fc's `input_norm`."""
+    if option == "fc_norm":
+        return [k for k in keys if k.removeprefix("model.").startswith(("fc_norm.", "aux_norm_"))]
+    if option == "norm_before_fc":
+        return [k for k in keys if k.removeprefix("model.").startswith("input_norm.")]
+    return []
+
+
+def checkpoint_options(checkpoint: Checkpoint) -> dict:
+    """The draft options the config states (read as SGLang and vLLM read it), and those its tensors show
+    whatever the config says (an fc_norm or input_norm tensor is there only if the draft was trained with it)."""
+    options = draft_options(checkpoint.config or {})
+    options |= {o: True for o in TENSOR_OPTIONS if option_keys(checkpoint.tensors, o)}
+    return options
+
+
+TENSOR_OPTIONS = ("fc_norm", "norm_before_fc")
+WITHOUT = {"fc_norm": "its per-aux norms before fc", "norm_before_fc": "its norm over the concatenated aux states",
+           "norm_before_residual": "its normed residual", "norm_output": "its output norm"}
+
+
+def _unbuilt_key_fate(profile: Profile, key: str) -> str:
+    """What the release's loader does with a key of a module it did not build: SKIP, WARN or CRASH."""
+    if any(s in key for s in profile.dropped_unless_built) or key.endswith(profile.unmatched_skipped_suffixes):
+        return SKIP
+    return profile.on_unmatched[0]
+
+
+LOSS = ", a different function than the one trained, and acceptance drops"
+
+
+def _key_fate(option: str, keys: list[str], profile: Profile) -> tuple[str, str]:
+    """(what the release's loader does with the keys of `option`'s module, which it did not build; what the
+    draft computes then, without the loss)."""
+    without = f"the draft computes without {WITHOUT[option]}"
+    fates = {k: _unbuilt_key_fate(profile, k) for k in keys}
+    refused = [k for k, fate in fates.items() if fate == CRASH]
+    if refused:
+        return (f"loading fails on {refused[0]}, which matches no parameter there: the server does not start",
+                f"without those tensors {without}")
+    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    return f"its loader skips {shown} {'with a warning' if WARN in fates.values() else 'without a word'}", without
+
+
+def _what_happens(option: str, keys: list[str], profile: Profile) -> str:
+    """What serving the draft there comes to when the release computes without `option`."""
+    without = f"the draft computes without {WITHOUT[option]}"
+    if option == "norm_output":
+        return ("it feeds the pre-norm state back to the next draft step where the draft was trained on the post-norm "
+                f"one: {without}{LOSS}")
+    if option == "norm_before_residual":
+        return ("it keeps the hidden state from before hidden_norm as the residual where the draft was trained with the "
+                f"normed one: it computes{LOSS.removeprefix(',')}")
+    if not keys:
+        return f"it ignores the flag: {without}{LOSS}"
+    happens, computes = _key_fate(option, keys, profile)
+    return f"{happens}: {computes}{LOSS}" if happens.startswith("its loader") else f"{happens} ({computes})"
+
+
 def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
-    """Training options and extra norms the engine cannot compute."""
+    """Training options and extra norms the engine cannot compute, says what serving it there does (the
+    keys skipped, the load refused, the flag ignored), and norms whose tensors are there without the flag
+    that makes the engine build them."""
     name = profile.spec
     config = checkpoint.config or {}
-    options = draft_options(config)
-    keys = checkpoint.tensors
-    if any(".fc_norm." in f".{k}" or "aux_norm_" in k for k in keys):
-        options.setdefault("fc_norm", True)
-    if any(k.removeprefix("model.").startswith("input_norm.") for k in keys):
-        options.setdefault("norm_before_fc", True)
+    fmt = config_format(config)
+    stated = draft_options(config)
+    read_here = draft_options(config, profile.norm_before_fc_from)
+    options = checkpoint_options(checkpoint)
+    norm_keys = {o: option_keys(checkpoint.tensors, o) for o in TENSOR_OPTIONS}
+    not_computed = unsupported_options(options, profile, fmt, layer_options(config))
     out = []
-    for option in unsupported_options(options, profile, config_format(config), layer_options(config)):
-        code = OPTION_CODES.get(option, "lossy-config")
-        why = ("does not read from speculators' config (it reads it from a flat one)"
-               if profile.implements(option) else "does not implement")
-        out.append(F.finding(code, f"the draft was trained with {option}: true, which {name} {why}: it "
-                                   "computes a different function than the one trained, and acceptance drops"
-                                   + _serving(lambda row, option=option: row.implements(option), profile.draft_class)))
+    for option in [o for o, value in options.items() if value]:
+        if option in not_computed:
+            why = ("does not read from speculators' config (it reads it from a flat one)"
+                   if profile.implements(option) else "does not implement")
+            text = f"the draft was trained with {option}: true, which {name} {why}"
+        elif option == "norm_before_fc" and stated.get(option) and not read_here.get(option):
+            text = (f"the draft was trained with norm_before_fc: true, set in eagle_config, where {name} does not read "
+                    f"it (it reads the config's top level only; `draftdoctor fix --engine {profile.engine}` writes it "
+                    "there)")
+        else:
+            if norm_keys.get(option) and not profile.option_enabled(config, option):
+                out.append(_flag_missing(option, norm_keys[option], profile))
+            continue
+        happens = _what_happens(option, norm_keys.get(option, []), profile)
+        out.append(F.finding(OPTION_CODES.get(option, "lossy-config"), f"{text}: {happens}"
+                             + _serving(lambda row, option=option: row.implements(option), profile.draft_class)))
+    out += _norm_output_meaning(checkpoint, profile, stated)
     # `fix --allow-lossy` keeps an option the engine cannot express only in its record, which no
     # engine reads: the draft was still trained with it
     record = config.get(RECORD_KEY) if isinstance(config.get(RECORD_KEY), dict) else {}
@@ -140,8 +214,8 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
         out.append(F.finding(OPTION_CODES.get(option, "lossy-config"), (
             f"the draft was trained with {option}: true, kept only in the config's {RECORD_KEY} record by a lossy fix, "
             f"where no engine reads it: {name} computes without it, a different function than the one trained, and "
-            f"acceptance drops{remedy}")))
-    qk_keys = [k for k in keys if k.endswith(("q_norm.weight", "k_norm.weight"))]
+            f"acceptance drops{remedy or _serving(lambda row, option=option: row.implements(option), profile.draft_class)}")))
+    qk_keys = [k for k in checkpoint.tensors if k.endswith(("q_norm.weight", "k_norm.weight"))]
     qwen3 = layer_config(config).get("model_type") == "qwen3"
     if (qk_keys or qwen3) and not profile.supports_qk_norm:
         what = f"{len(qk_keys)} q_norm/k_norm tensors" if qk_keys else "model_type qwen3 (q/k norms)"
@@ -149,6 +223,33 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
                                                     "they are not applied and the attention differs from training"
                                                     + _serving(lambda row: row.supports_qk_norm, "qwen3")))
     return out
+
+
+def _flag_missing(option: str, keys: list[str], profile: Profile) -> F.Finding:
+    """A norm's tensors whose flag the config does not set, on a release that builds the norm only with it."""
+    happens, computes = _key_fate(option, keys, profile)
+    return F.finding("norm-flag-missing", (
+        f"the checkpoint holds {len(keys)} {option} tensor(s) ({keys[0]}, ...), so the draft was trained with "
+        f"{option}, but its config does not set {option}: true, and {profile.spec} builds the norm only when it "
+        f"does: {happens} ({computes}{LOSS if happens.startswith('its loader') else ''}). "
+        f"`draftdoctor fix --engine {profile.engine}` sets it"))
+
+
+def _norm_output_meaning(checkpoint: Checkpoint, profile: Profile, stated: dict) -> list[F.Finding]:
+    """norm_output: true in SpecForge's export (a flat config, `midlayer.*` keys), whose meaning changed in 2026-09
+    (docs/engine-facts.md: "EAGLE 3.1"): nothing in the checkpoint says which meaning it was trained with."""
+    config = checkpoint.config or {}
+    midlayer = any(k.startswith("midlayer.") for k in checkpoint.tensors)
+    if not (stated.get("norm_output") and config_format(config) == FLAT and midlayer):
+        return []
+    fed = "post-norm" if profile.implements("norm_output") else "pre-norm"
+    return [F.finding("norm-output-ambiguous", (
+        "norm_output: true in a flat config with midlayer.* keys, as SpecForge exports: SpecForge trained with it as "
+        "plain EAGLE-3 (the final norm before the head only, the pre-norm state fed back to the next step) from its "
+        "EAGLE 3.1 support (2026-07) until 2026-09, and as EAGLE 3.1 (the post-norm state fed back) since; the "
+        f"checkpoint does not say which. {profile.spec} feeds the {fed} state back, so a draft of the other kind "
+        "computes otherwise than trained, silently: measure it (`draftdoctor bench`), and with norm_output: false "
+        "where the release reads it"), severity=F.WARNING)]
 
 
 def _serving(holds, draft_class: str) -> str:

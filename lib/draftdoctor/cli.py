@@ -98,7 +98,7 @@ def _inspect(args, out) -> int:
     table = tensor_columns(ckpt)
     keys = ckpt.keys()
     layout = detect_layout(keys, ckpt.config)
-    found = recognise(keys, ckpt.config)
+    found = recognise(keys, ckpt.config, metadata_absent=all(s.metadata is None for s in ckpt.shards))
     if args.format == "json":
         _inspect_json(ckpt, table, layout, found, out)
         return EXIT_OK
@@ -256,6 +256,8 @@ def cmd_check(args, out) -> int:
         out.write("\n")
         return status
     out.write(f"{report.engine} ({report.loader} loader) on {_safe(report.path)}\n")
+    if report.loader_detail:
+        out.write(f"loader: {_safe(report.loader_detail)}\n")
     out.write(f"layout: {report.layout.name}; config: {report.config_format}\n\n")
     shapes = shape_texts([p.shape for p in report.params])
     _table([(p.name, p.status, shape, ", ".join(p.keys) or "-") for p, shape in zip(report.params, shapes)],

@@ -43,6 +43,7 @@ from .frames import frame
 from .engines import resolve_engine
 from .meanings import ConfigComparison, compare_configs, target_layers
 from .renames import MIDLAYER_TO_LAYERS, STRIP_MODEL
+from .values import FLOATS, decode
 
 SAME_BYTES, SAME_VALUES, ANOTHER_SHAPE, DIFFERENT, COLLISION, ONLY_A, ONLY_B = (
     "same bytes", "same values, another dtype", "same values, another shape", "different values", "name collision",
@@ -181,8 +182,8 @@ def _fixed(chunks, size: int | None = None):
 
 
 def _decode(raw: bytes, dtype: str) -> np.ndarray:
-    if dtype == "BF16":
-        return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype in FLOATS:  # signalling NaNs made quiet, so numpy prints no warning (values.decode)
+        return decode(raw, dtype)
     return np.frombuffer(raw, dtype=DECODABLE[dtype]).astype(np.float64)
 
 

@@ -99,7 +99,8 @@ class DraftDims:
     tie_word_embeddings: bool = False
     fc_norm: bool = False
     use_aux_norm: bool = False  # SGLang's older name for fc_norm
-    norm_before_fc: bool = False
+    # norm_before_fc where the config sets it: ((place, value), ...), eagle_config's first (Profile.norm_before_fc_from)
+    norm_before_fc_at: tuple[tuple[str, bool], ...] = ()
     model_type: str | None = None  # the decoder layer's model_type (llama, qwen3, deepseek_v2, kimi_k2, ...)
     # the ids at each place, for the engines' fc-width rules (Profile.fc_aux_count_from)
     aux_ids_top: tuple[int, ...] | None = None
@@ -113,6 +114,11 @@ class DraftDims:
     qk_nope_head_dim: int = MLA_DEFAULTS["qk_nope_head_dim"]
     qk_rope_head_dim: int = MLA_DEFAULTS["qk_rope_head_dim"]
     v_head_dim: int = MLA_DEFAULTS["v_head_dim"]
+
+    @property
+    def norm_before_fc(self) -> bool:
+        """norm_before_fc as SGLang and vLLM read it: eagle_config's, else the top level's."""
+        return bool(self.norm_before_fc_at and self.norm_before_fc_at[0][1])
 
     @property
     def fc_in(self) -> int:
@@ -169,8 +175,16 @@ class DraftDims:
             tie_word_embeddings=bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
             fc_norm=bool(config.get("fc_norm", False)),
             use_aux_norm=bool(config.get("use_aux_norm", False)),
-            norm_before_fc=bool((config.get("eagle_config") or {}).get("norm_before_fc", config.get("norm_before_fc", False))),
+            norm_before_fc_at=norm_before_fc_at(config),
         )
+
+
+def norm_before_fc_at(config: dict) -> tuple[tuple[str, bool], ...]:
+    """Where a config sets norm_before_fc, and to what: eagle_config first, then the top level (a
+    speculators config has only the top level)."""
+    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    return tuple((where, bool(holder["norm_before_fc"])) for where, holder in
+                 ((auxids.EAGLE_CONFIG, eagle), (auxids.TOP_LEVEL, config)) if "norm_before_fc" in holder)
 
 
 # --- Rewriting a config for an engine (used by `draftdoctor fix`) ---------------------------------
@@ -243,12 +257,13 @@ def rewrite_config(config: dict, profile) -> ConfigRewrite:
     return ConfigRewrite(config, SPECULATORS, changes, _lossy(options, profile, SPECULATORS, layer_options(config)), [])
 
 
-def draft_options(config: dict) -> dict:
-    """The draft options a config sets, read the way the engines read them."""
-    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
-    found = {k: config[k] for k in DRAFT_OPTIONS if k in config}
-    if "norm_before_fc" in eagle:
-        found["norm_before_fc"] = eagle["norm_before_fc"]
+def draft_options(config: dict, norm_before_fc_from=(auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)) -> dict:
+    """The draft options a config sets, read the way the engines read them: norm_before_fc from the first
+    of `norm_before_fc_from` that holds it (SGLang and vLLM: eagle_config's, else the top level's)."""
+    placed = dict(norm_before_fc_at(config))
+    at = next((where for where in norm_before_fc_from if where in placed), None)
+    found = {k: placed[at] if k == "norm_before_fc" else config[k] for k in DRAFT_OPTIONS
+             if (at is not None if k == "norm_before_fc" else k in config)}
     if "fc_norm" not in found and "use_aux_norm" in config:
         found["fc_norm"] = config["use_aux_norm"]
     return found

@@ -70,6 +70,8 @@ class CoverageReport:
     keys: list[KeyStatus]
     findings: list[F.Finding]
     prediction: object = None  # a `predict.Prediction` when `check` had a target to run the draft on
+    # how a real loader ran when not as the release's own CPU build (realcheck.overlay_detail), else ""
+    loader_detail: str = ""
 
     @property
     def errors(self) -> list[F.Finding]:
@@ -100,6 +102,7 @@ class CoverageReport:
         return {
             "engine": self.engine,
             "loader": self.loader,
+            "loader_detail": self.loader_detail,
             "path": self.path,
             "format": self.config_format,
             "layout": {"name": self.layout.name, "evidence": list(self.layout.evidence)},
@@ -254,7 +257,8 @@ def verdict(report: CoverageReport) -> str:
     untrained = [f for f in report.findings if f.code == "weights-at-init" and f.severity == F.ERROR]
     if untrained:  # the names load; the values do not carry the training (draftdoctor.values)
         return (f"names load, but {untrained[0].message.split(': ', 1)[0]}: "
-                + (predicted or "expect accept length a little above 1 (the draft runs but predicts little)"))
+                + (predicted or "expect a low accept length (the draft runs but predicts little: 1.0-2.0 measured on "
+                                "the demo draft with such values, 3.08 trained)"))
     if any(f.code == "no-acceptance-predicted" for f in report.findings):
         return f"names load, but the draft as loaded predicts nothing: {predicted} (its values carry no training the engine can use)"
     errors = [f for f in report.findings if f.severity == F.ERROR]

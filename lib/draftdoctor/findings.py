@@ -140,6 +140,21 @@ CODES = {
         ERROR, "a norm over the concatenated aux states (norm_before_fc) that this engine release does not apply",
         "serve with an engine release that applies it (the finding names them, from the profile rows)",
     ),
+    "norm-output-unsupported": Code(
+        ERROR, "trained to feed its post-norm state back to the next step (norm_output, EAGLE 3.1), which this "
+               "engine release does not do: it feeds the pre-norm state back",
+        "serve with an engine release that applies it (the finding names them, from the profile rows)",
+    ),
+    "norm-flag-missing": Code(
+        ERROR, "the checkpoint holds a norm's tensors (fc_norm, input_norm) but the config does not set the flag that "
+               "makes the engine build that norm: its keys are skipped, or refused, and the draft computes without it",
+        "`draftdoctor fix` sets the flag where the engine reads it",
+    ),
+    "norm-output-ambiguous": Code(
+        WARNING, "norm_output: true in SpecForge's export, whose meaning SpecForge changed in 2026-09: the checkpoint "
+                 "does not say whether the draft expects the pre-norm or the post-norm state fed back",
+        "measure acceptance (`draftdoctor bench`), also with norm_output: false where the release reads it",
+    ),
     "vocab-map-missing": Code(
         ERROR, "a reduced draft vocabulary without d2t: draft ids are read as target ids",
         "re-export the draft with its d2t/t2d tensors",
@@ -166,15 +181,16 @@ CODES = {
         "launch with --speculative-algorithm EAGLE3",
     ),
     "nan-weights": Code(
-        ERROR, "tensors whose sampled values are all NaN (or all zero: a warning): the weights were never filled",
+        ERROR, "tensors holding a NaN or an infinity anywhere in what is read (or all zero: a warning): one "
+               "non-finite value spreads to every prediction",
         "load the verifier's weights before saving (speculators: load_verifier_weights), then save again",
     ),
     "weights-at-init": Code(
         ERROR,
-        "tensors the engine serves with that hold a fresh model's initial values (a norm of one constant, a "
-        "matrix statistically drawn from its initialiser, an identity vocabulary map for a reduced vocabulary): "
-        "the names load, the draft predicts like an untrained one (info when the engine replaces the tensor "
-        "with the target's)",
+        "tensors the engine serves with that hold no training: a matrix indistinguishable from i.i.d. noise or "
+        "orthogonal (whatever its initialiser), a constant matrix, an identity vocabulary map for a reduced "
+        "vocabulary; a norm of one constant alone is a warning (it costs little, as measured); info when the "
+        "engine replaces the tensor with the target's",
         "`draftdoctor compare` the training output with this copy: re-export from the trained weights, "
         "with strict name matching in the converter",
     ),

@@ -34,8 +34,9 @@ from pathlib import Path
 from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
-from .configs import ABSENT, FLAT, MISSING, UNKNOWN, ConfigChange, ConfigRewrite, config_format, rewrite_config
-from .checks import OPTION_CODES, read_target_config
+from .configs import (ABSENT, FLAT, MISSING, UNKNOWN, ConfigChange, ConfigRewrite, config_format, draft_options,
+                      layer_options, rewrite_config, unsupported_options)
+from .checks import OPTION_CODES, TENSOR_OPTIONS, WITHOUT, option_keys, read_target_config
 from .coverage import CoverageReport, draft_dims
 from .replay import unmodelled_class
 from .provenance import recognise
@@ -276,10 +277,12 @@ def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target:
     if fmt == UNKNOWN:
         raise FixError(f"{ckpt.config_path}: neither a flat Llama config (model_type/architectures) nor "
                        "speculators' nested config (speculators_model_type)")
+    stated, switched = _norm_switches(ckpt)
     try:
-        rewrite = rewrite_config(ckpt.config, profile)
+        rewrite = rewrite_config(stated, profile)
     except (TypeError, ValueError, AttributeError) as e:
         raise FixError(f"{ckpt.config_path}: cannot rewrite it for {profile.engine} ({e})") from None
+    rewrite.changes[:0] = switched
     if head_from_target:
         change = head_from_target_change(ckpt, rewrite.config, profile, target_config)
         rewrite.config["draft_vocab_size"] = None
@@ -292,7 +295,8 @@ def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target:
     except CheckpointError as e:
         raise FixError(str(e)) from None
     params = {p.name: p for p in parameters(profile, dims)}
-    renaming = choose(layout.name, ckpt.keys(), profile, params, _identity_vocab_maps(ckpt, profile, params))
+    expendable = _identity_vocab_maps(ckpt, profile, params) | _uncomputed_norms(ckpt, profile, rewrite.config)
+    renaming = choose(layout.name, ckpt.keys(), profile, params, expendable)
     moves = [TensorMove(t.name, renaming.names[t.name], t.file.name, t.dtype, t.shape, t.nbytes,
                         renaming.reasons[t.name])
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
@@ -370,6 +374,38 @@ def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, s
     return {t.name: "the identity vocabulary map (every offset 0), for which the engine has no parameter when "
                     "the draft's vocabulary is the target's"
             for t in ckpt.named("d2t") if _all_zero(t)}
+
+
+def _norm_switches(ckpt: Checkpoint) -> tuple[dict, list[ConfigChange]]:
+    """The config with the switch on for every norm whose tensors the checkpoint holds but whose switch it
+    does not set (docs/engine-facts.md: "EAGLE 3.1"): the draft was trained with that norm, and an engine
+    builds it only with the switch. At the top level, where every engine reading it looks (a norm_before_fc
+    in eagle_config, which it overrides, is taken out)."""
+    config = json.loads(json.dumps(ckpt.config))
+    changes = []
+    for option in TENSOR_OPTIONS:
+        keys = option_keys(ckpt.tensors, option)
+        if not keys or draft_options(config).get(option):
+            continue
+        before = config.get(option, ABSENT)
+        if isinstance(config.get("eagle_config"), dict):
+            config["eagle_config"].pop(option, None)
+        config[option] = True
+        changes.append(ConfigChange(option, before, True, f"the checkpoint holds its tensors ({keys[0]}, ...): the "
+                                    "draft was trained with it, and engines build the norm only with this switch"))
+    return config, changes
+
+
+def _uncomputed_norms(ckpt: Checkpoint, profile, config: dict) -> dict[str, str]:
+    """The tensors of a norm the release does not compute with the rewritten `config` (it skips or refuses
+    them): left out, the draft loads and computes without that norm, a loss the plan's check says
+    (`--allow-lossy`), while the config keeps the switch that says it was trained with it."""
+    options = {o: True for o in TENSOR_OPTIONS if option_keys(ckpt.tensors, o)}
+    out = {}
+    for option in unsupported_options(options, profile, config_format(config), layer_options(config)):
+        out |= {k: f"{option}'s tensor, which {profile.spec} does not compute: "
+                   f"without it the draft computes without {WITHOUT[option]}" for k in option_keys(ckpt.tensors, option)}
+    return out
 
 
 def _all_zero(t: TensorInfo) -> bool:

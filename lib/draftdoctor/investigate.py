@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
+from .lazy import defer_iri_grammar
 from .runs import fixed_checkpoint, safe_name
 from .serving.bench import DraftMisfit
 from .toolstate import NOTEBOOKS, keep_out_of_home
 
 NOTEBOOKS_DIR = NOTEBOOKS  # package data: the same notebooks in a checkout and an installed kit
+defer_iri_grammar()  # papermill's nbformat would build a grammar it never uses (draftdoctor.lazy)
 KERNEL_LOG = "kernels.log"  # in the run folder: what the notebooks' kernels wrote to stderr
 STEPS = ("01-dump-keys", "02-compare-names", "03-load-coverage", "04-apply-fix", "05-relaunch-and-chart")
 

@@ -239,9 +239,20 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
     report = CoverageReport(engine=engine.spec, loader="real", path=str(checkpoint.path),
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,
-                            findings=findings)
+                            findings=findings, loader_detail=overlay_detail(raw))
     report.findings += coverage_findings(report)
     return report
+
+
+def overlay_detail(raw: dict) -> str:
+    """How a release without a CPU build ran (realload.install's overlay), for the report's loader line:
+    whose Python on which build, with what stood in; "" for a release's own CPU build."""
+    laid = raw.get("overlay")
+    if not laid:
+        return ""
+    name = LOADERS[raw["engine"]].display
+    return (f"{name} {laid['release']}'s own Python ({laid['wheel']}) on {raw['engine']}-cpu {laid['base']}'s compiled "
+            f"kernels (no CPU build of {laid['release']} exists); stood in: {'; '.join(raw.get('stand_ins') or []) or 'nothing'}")
 
 
 def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:

@@ -31,9 +31,7 @@ SAME_BYTES_OTHER_DTYPE, NON_FINITE, ROUNDED, SCALED, TRANSPOSED, PERMUTED, UNREL
 RELATIONS = (SAME_BYTES_OTHER_DTYPE, NON_FINITE, ROUNDED, SCALED, TRANSPOSED, PERMUTED, UNRELATED, FRESH)
 # (stored mantissa bits, exponent of the smallest normal value) per float dtype
 FLOAT_FORMAT = {"F64": (52, -1022), "F32": (23, -126), "F16": (10, -14), "BF16": (7, -126)}
-# standard errors a noise statistic may stray before a side stops looking like i.i.d. noise
-NOISE_SIGMAS = 4.0
-MIN_NOISE_ROWS, MIN_NOISE_COLUMNS = 16, 16  # fewer: the row/column statistics say too little
+MIN_NOISE_ROWS = 16  # a sample's contiguous block of rows: what the value statistics need to tell noise
 MIN_UNRELATED_VALUES = 64  # fewer: a correlation near 0 happens by chance too often to name
 INIT_CONSTANTS = (0.0, 1.0)  # what a fresh model's norms and biases hold
 
@@ -219,22 +217,12 @@ def transposed(a_rows: np.ndarray, a_index: np.ndarray, b_rows: np.ndarray, b_in
 
 
 def noise_like(rows: np.ndarray) -> bool:
-    """Whether sampled rows (k x n) look like i.i.d. draws: mean 0 within the noise, and row and column
-    norms varying no more than NOISE_SIGMAS standard errors beyond what i.i.d. values of this
-    kurtosis give. Trained matrices have rows and columns of their own scale; fresh ones do not."""
-    k, n = rows.shape
-    if k < MIN_NOISE_ROWS or n < MIN_NOISE_COLUMNS:
-        return False
-    mean, std = rows.mean(), rows.std()
-    if std == 0 or abs(mean) > NOISE_SIGMAS * std / rows.size ** 0.5:
-        return False
-    kurtosis = float((((rows - mean) / std) ** 4).mean())
-    for norms, count, length in ((np.sqrt((rows ** 2).mean(axis=1)), k, n), (np.sqrt((rows ** 2).mean(axis=0)), n, k)):
-        expected = 0.5 * (max(kurtosis - 1.0, 0.0) / length) ** 0.5  # CV of the RMS of `length` i.i.d. values
-        observed = norms.std() / norms.mean()
-        if observed > expected * (1.0 + NOISE_SIGMAS / (2.0 * count) ** 0.5):
-            return False
-    return True
+    """Whether sampled rows (k x n) hold no training: indistinguishable from i.i.d. draws of any law, or an
+    orthogonal matrix times a gain (`values.structure`, the value checks' own statistics)."""
+    from .values import structure
+
+    found = structure(rows)
+    return found is not None and (not found.trained or found.orthogonal)
 
 
 def unrelated(sums: Sums) -> bool:

@@ -50,6 +50,14 @@ MIDLAYER_TO_LAYERS = WeightsMapper("midlayer. -> layers.0.", orig_to_new_prefix=
 # keys saved with an engine's `model.` parameter prefix; engines that always add it would double it
 STRIP_MODEL = WeightsMapper("strip model.", orig_to_new_prefix=(("model.", ""),))
 
+# EAGLE 3.1's per-aux norms under their other names (docs/engine-facts.md: "EAGLE 3.1"): every release that
+# builds the norm reads `fc_norm.N`; SGLang from 0.5.12 renames the legacy `aux_norm_*` itself and finds
+# `model.fc_norm.N` too, vLLM and llama.cpp take neither
+NORM_NAMES = WeightsMapper("aux_norm_low/mid/high and model.fc_norm. -> fc_norm.N",
+                           orig_to_new_substr=(("aux_norm_low.", "fc_norm.0."), ("aux_norm_mid.", "fc_norm.1."),
+                                               ("aux_norm_high.", "fc_norm.2.")),
+                           orig_to_new_prefix=(("model.fc_norm.", "fc_norm."),))
+
 # producer layout -> candidate mappers, most preferred first
 RULES: dict[str, tuple[WeightsMapper, ...]] = {
     SPECULATORS_LAYOUT: (KEEP, LAYERS_TO_MIDLAYER),
@@ -86,6 +94,9 @@ def _apply(mapper: WeightsMapper, keys, profile, params: dict, expendable: dict[
             names[key] = None
             reasons[key] = expendable.get(key, "training-only tensor") + "; the engine would fail on it, so left out"
             continue
+        if status == DROPPED and key in expendable:
+            names[key], reasons[key] = None, expendable[key] + "; the engine would skip it, so left out"
+            continue
         names[key], reasons[key] = new, why
         if status not in (LOADED, DERIVED, IGNORED, TRAINING_ONLY):
             unresolved.append(key)
@@ -95,11 +106,14 @@ def _apply(mapper: WeightsMapper, keys, profile, params: dict, expendable: dict[
 def choose(layout: str, keys, profile, params: dict, expendable: dict[str, str] | None = None) -> Renaming:
     """The first of `RULES[layout]` under which the engine loads every key natively; failing that,
     the candidate leaving the fewest keys unloaded (so the plan can show what is still wrong).
-    Training-only keys, and `expendable` ones (key: what it holds that the engine needs none of), are
-    left out where the engine would fail on them."""
+    Training-only keys are left out where the engine would fail on them, `expendable` ones (key: why the
+    engine needs none of it) where it would fail on them or skip them. EAGLE 3.1's norms get the one name
+    every release that builds them reads (`NORM_NAMES`)."""
     keys = list(keys)
     best = None
+    norms = any(NORM_NAMES.map(k) != k for k in keys)
     for mapper in RULES.get(layout, RULES[UNKNOWN_LAYOUT]):
+        mapper = NORM_NAMES + mapper if norms else mapper
         renaming = _apply(mapper, keys, profile, params, expendable or {})
         if not renaming.unresolved:
             return renaming

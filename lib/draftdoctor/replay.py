@@ -135,6 +135,27 @@ def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.F
         f"model; `--loader real` runs {profile.engine} {release}'s own loader"))
 
 
+def speculators_type_problem(profile: Profile, release: str, checkpoint: Checkpoint) -> F.Finding | None:
+    """`config-unreadable` when the release's reader of speculators' config refuses its
+    `speculators_model_type`, or lacks a key that type needs (`Profile.speculators_types`), else None."""
+    kind = checkpoint.config.get("speculators_model_type")
+    if profile.speculators_types is None or kind is None:
+        return None
+    where, read = checkpoint.config_path, dict(profile.speculators_types)
+    if kind not in read:
+        said = dict(profile.speculators_refusals).get(
+            kind, "Expected one of: {...}. Please ensure you're loading a speculators-format model.")
+        return F.finding("config-unreadable", (
+            f"{where}: {profile.engine} {release} reads speculators_model_type {' or '.join(map(repr, read))} as an "
+            f"EAGLE-3 draft, not {kind!r}: \"{said}\""))
+    missing = [key for key in read[kind] if key not in checkpoint.config]
+    if missing:
+        return F.finding("config-unreadable", (
+            f"{where}: {profile.engine} {release} reads a {kind!r} speculators config only with {missing[0]!r} at its "
+            f"top level: \"KeyError: {missing[0]!r}\""))
+    return None
+
+
 def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims: DraftDims) -> F.Finding | None:
     """Why the engine cannot read or build from this config, in the engine's own words where known."""
     config, fmt = checkpoint.config, config_format(checkpoint.config)
@@ -154,6 +175,9 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
     unmodelled = unmodelled_class(profile, release, config)
     if unmodelled is not None:
         return unmodelled
+    refused = speculators_type_problem(profile, release, checkpoint) if fmt == SPECULATORS else None
+    if refused is not None:
+        return refused
     layer_type = (config.get("transformer_layer_config") or {}).get("model_type") or "llama"
     if fmt == SPECULATORS and profile.speculators_classes and layer_type not in dict(profile.speculators_classes):
         return F.finding("config-unreadable", (

@@ -215,14 +215,38 @@ def write_safetensors(path, tensors: dict, metadata: dict | None = None, fill: s
 
 
 def _random_bytes(rng, name: str, dtype: str, shape, nbytes: int) -> bytes:
-    if dtype in ("F16", "BF16"):
-        # Chunked so that multi-GB tensors never sit in memory whole. Laplace-distributed, wider than any
-        # initialiser (draftdoctor.values): synthetic weights stand for trained ones, not for a fresh model's.
-        return b"".join(
-            rng.laplace(0.0, 0.03, min(1 << 22, (nbytes - i) // 2)).astype(np.float16).tobytes()
-            for i in range(0, nbytes, 1 << 23)
-        )
+    if dtype in ("F16", "BF16", "F32"):
+        # Chunked so that multi-GB tensors never sit in memory whole. Synthetic weights stand for trained
+        # ones, not a fresh model's (draftdoctor.values): Laplace values wider than any initialiser, and
+        # in a matrix, rows and columns of unequal length (as training leaves them), so that no matrix
+        # reads as i.i.d. noise.
+        item = DTYPE_BYTES[dtype]
+        count = nbytes // item
+        width = int(shape[-1]) if len(shape) >= 2 and shape[-1] else count
+        columns = np.exp(0.5 * rng.standard_normal(width)) if len(shape) >= 2 else np.ones(width)
+        per_chunk = max(1, (1 << 22) // width) * width
+        return b"".join(_encode(trained_like(rng, columns, min(per_chunk, count - i), len(shape) >= 2), dtype)
+                        for i in range(0, count, per_chunk))
     return rng.bytes(nbytes)
+
+
+def trained_like(rng, columns: np.ndarray, count: int, rows_vary: bool = True) -> np.ndarray:
+    """`count` values (whole rows of len(columns), but for a last partial one) that read as trained:
+    Laplace(0, 0.03) times each column's scale in `columns` and, if `rows_vary`, a log-normal scale per row."""
+    width = len(columns)
+    rows = -(-count // width)
+    values = rng.laplace(0.0, 0.03, (rows, width)) * columns
+    if rows_vary:
+        values *= np.exp(0.5 * rng.standard_normal((rows, 1)))
+    return values.ravel()[:count]
+
+
+def _encode(values: np.ndarray, dtype: str) -> bytes:
+    """float values as `dtype`'s bytes (bf16: float32 rounded to nearest even)."""
+    if dtype == "BF16":
+        bits = values.astype(np.float32).view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+    return values.astype(NUMPY_DTYPES[dtype]).tobytes()
 
 
 def write_draft(folder, shape: DraftShape = DraftShape(), layout: str = "speculators", config: str | None = None,
@@ -387,15 +411,17 @@ def write_header_only(folder, layout: dict, config: dict | None) -> Path:
     """A published draft rebuilt from its header alone (tests/corpus/public: `tensors.json`, format
     HEADER_ONLY_FORMAT): every tensor's name, dtype and shape, data as a sparse hole (no disk, reads as
     zeros), in the published shards (`shards`, else one model.safetensors: a published `.bin` is
-    rebuilt as safetensors, which every engine reads too), and its config.json."""
+    rebuilt as safetensors, which every engine reads too), with the header's `metadata` (`{"format": "pt"}`, as
+    transformers writes, unless the list says otherwise; null: none), and its config.json."""
     if layout.get("format") != HEADER_ONLY_FORMAT:
         raise ValueError(f"not a {HEADER_ONLY_FORMAT} tensor list")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: (t["dtype"], tuple(t["shape"])) for name, t in layout["tensors"].items()}
     shards = layout.get("shards") or {"model.safetensors": list(tensors)}
+    metadata = layout.get("metadata", {"format": "pt"})  # null: the writer wrote no __metadata__
     for file, names in shards.items():
-        write_safetensors(folder / file, {n: tensors[n] for n in names}, {"format": "pt"}, fill="sparse")
+        write_safetensors(folder / file, {n: tensors[n] for n in names}, metadata, fill="sparse")
     if len(shards) > 1:
         weight_map = {n: file for file, names in shards.items() for n in names}
         total = sum(int(np.prod(shape, dtype=np.int64)) * DTYPE_BYTES[dtype] for dtype, shape in tensors.values())

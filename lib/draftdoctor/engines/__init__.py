@@ -120,4 +120,11 @@ def resolve_engine(spec: "str | Engine") -> Engine:
     profile = _row_for(profiles, version)
     if profile is not None:
         return Engine(engine, version, profile)
+    newest = max(profiles, key=lambda p: parse_version(p.last))
+    if parse_version(version) > parse_version(newest.last):
+        raise EngineSpecError(
+            f"{engine}=={version} is newer than every release the kit knows (newest: {newest.last}); the nearest row, "
+            f"{newest.spec}, would assume {newest.assumptions()}. `--engine {engine}=={newest.last}` checks as that "
+            f"row says; if {version} loads drafts that way, add it to the row, else add a row of its own: "
+            f"docs/adding-a-release.md says how")
     raise EngineSpecError(f"{engine}=={version} is not a known release: known releases are {known}")

@@ -13,7 +13,10 @@ Read from that source and proven with the converter and llama-server themselves 
 - a config is an EAGLE-3 draft only with `draft_vocab_size` and one decoder layer;
 - aux layer ids: the top-level list only, as-is (the input of target layer k); eagle_config's are
   ignored, silently, and the defaults [2, N//2, N-3] used; fc always takes three;
-- norm_before_residual and norm_before_fc are computed; fc_norm, q/k norms and multi-layer drafts are not;
+- norm_before_residual and norm_before_fc are computed, each read from the config's top level only (a
+  norm_before_fc inside eagle_config is off: its input_norm converts, then the load fails, "wrong number of
+  tensors"); fc_norm stops the converter, norm_output is ignored (the pre-norm state is fed back), q/k norms
+  and multi-layer drafts are not computed (docs/engine-facts.md: "EAGLE 3.1");
 - draft chain positions as vLLM's; an accepted EOS draft ends the step as the target's own token (as
   an accepted draft when it is the step's last); a step
   drafts no more than the budget has room for (tools/server/server-context.cpp `get_n_draft_max`).
@@ -51,6 +54,7 @@ PROFILES = [
         prefix_rule="asis", stacked=(), on_unmatched=_UNMAPPED, on_unmatched_stacked=_UNMAPPED,
         unwritten_fails="llama-server: check_tensor_dims: tensor '{name}' not found", loads_all_or_nothing=True,
         fc_bias="never", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=True,
+        norm_before_fc_from=(TOP_LEVEL,),  # conversion/llama.py: the raw config.json's own key
         supports_norm_before_residual=True, vocab_map_param="d2t", vocab_map_always=True,
         embed_from_target=False, from_target_when_absent=("embed", "lm_head"), config_formats=("flat", "speculators"),
         null_target_hidden_crashes=False,  # the target's hidden_size then

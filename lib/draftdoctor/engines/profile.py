@@ -172,6 +172,12 @@ class Profile(ReleaseRange):
     # a speculators config's class, by transformer_layer_config's model_type (vLLM's update_eagle3);
     # other model types are refused ("Unsupported model_type ... for Eagle3 speculator")
     speculators_classes: tuple[tuple[str, str], ...] = ()
+    # (speculators_model_type, top-level keys its reader requires): the types the release reads as an
+    # EAGLE-3 draft (vLLM: `update_eagle3`; P-EAGLE's `update_peagle` builds the same classes and needs
+    # `mask_token_id`); another type is refused, in `speculators_refusals`' words where the release has its
+    # own, else its reader's "Expected one of: ..."; None: the type is not read
+    speculators_types: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    speculators_refusals: tuple[tuple[str, str], ...] = ()  # (speculators_model_type, the engine's message)
     # (model_type, architecture): flat configs the engine turns into another model before its registry
     # (vLLM: DeepSeek-V3 model types become its MTP module, which is no EAGLE-3 draft)
     rewritten_model_types: tuple[tuple[str, str], ...] = ()
@@ -211,10 +217,26 @@ class Profile(ReleaseRange):
     # draft options speculators' config reader sets when the config does not (vLLM's
     # `update_eagle3`: norm_before_residual defaults to true on that path)
     speculators_option_defaults: tuple[tuple[str, bool], ...] = ()
+    # where the engine reads `norm_before_fc` (which builds input_norm), the first place holding it winning:
+    # eagle_config's, else the top level's (SGLang from 0.5.17, vLLM); llama.cpp's converter reads the top
+    # level only, so a flag nested in eagle_config is off there (docs/engine-facts.md: "EAGLE 3.1")
+    norm_before_fc_from: tuple[str, ...] = (auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
 
     @property
     def spec(self) -> str:
         return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+
+    def assumptions(self) -> str:
+        """What this row says its releases do with a draft, in a few words drawn from its fields (so they
+        cannot disagree with it): what a release newer than every row would be assumed to do."""
+        unmatched = {CRASH: "fails the load", WARN: "is skipped with a warning", SKIP: "is dropped silently"}
+        said = [f"decoder layers named {self.layer_name(0).replace('0', 'N')}",
+                f"a key it cannot place {unmatched[self.on_unmatched[0]]}",
+                f"aux layer ids read from {' then '.join(self.aux_ids_from)}",
+                f"configs read: {', '.join(self.config_formats)}"]
+        if self.speculators_types is not None and SPECULATORS in self.config_formats:
+            said.append("speculators types " + ", ".join(kind for kind, _ in self.speculators_types))
+        return "; ".join(said)
 
     def implements(self, option: str) -> bool:
         """Whether the engine computes one of speculators' draft options (configs.DRAFT_OPTIONS)."""
@@ -224,7 +246,9 @@ class Profile(ReleaseRange):
     def option_enabled(self, config: dict, option: str) -> bool:
         """Whether this engine runs the draft with one of speculators' options on, reading `config`
         as the engine does (a speculators config without the option gets the reader's default)."""
-        found = draft_options(config)
+        found = draft_options(config, self.norm_before_fc_from)
+        if option == "fc_norm" and "fc_norm" not in config and not self.reads_use_aux_norm:
+            found.pop("fc_norm", None)  # draft_options took SGLang's older `use_aux_norm` for it
         if option in found:
             return bool(found[option])
         return config_format(config) == SPECULATORS and dict(self.speculators_option_defaults).get(option, False)
@@ -293,6 +317,14 @@ def fc_aux_count(profile: Profile, dims: DraftDims) -> int:
     return next((found[place] for place in profile.fc_aux_count_from if found[place]), 3)
 
 
+def builds_input_norm(profile: Profile, dims: DraftDims) -> bool:
+    """Whether the release builds input_norm (norm_before_fc) for this draft, reading the flag where it does
+    (`Profile.norm_before_fc_from`)."""
+    flag = dict(dims.norm_before_fc_at)
+    at = next((where for where in profile.norm_before_fc_from if where in flag), None)
+    return profile.supports_input_norm and at is not None and flag[at]
+
+
 def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[ParamSpec]:
     H, hd = dims.hidden_size, dims.head_dim
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
@@ -348,7 +380,7 @@ def _gguf_parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     H, hd, inter = dims.hidden_size, dims.head_dim, dims.intermediate_size
     q, kv, Ht = dims.num_heads * hd, dims.num_kv_heads * hd, dims.target_hidden_size or H
     params = [ParamSpec("token_embd.weight", (dims.vocab_size, H), "embed")]
-    if dims.norm_before_fc:
+    if builds_input_norm(profile, dims):
         params.append(ParamSpec("enc.output_norm.weight", (3 * Ht,), "norm"))
     params.append(ParamSpec("fc.weight", (H, 3 * Ht), "fc"))
     for name, shape in (("attn_norm", (H,)), ("attn_norm_2", (H,)), ("attn_q", (q, 2 * H)), ("attn_k", (kv, 2 * H)),
@@ -372,7 +404,7 @@ def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
     dropped = ([o for o in profile.speculators_drops if o not in dims.layer_options]
                if dims.config_format == SPECULATORS else ())
-    if dims.norm_before_fc and profile.supports_input_norm and "norm_before_fc" not in dropped:
+    if builds_input_norm(profile, dims) and "norm_before_fc" not in dropped:
         params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
     if (dims.fc_norm or dims.use_aux_norm and profile.reads_use_aux_norm) and profile.supports_fc_norm \
             and "fc_norm" not in dropped:

@@ -9,6 +9,10 @@ edges were then checked by running the last release of every minor version from 
 down_proj/o_proj is padded silently from 0.5.3 (an error before); `input_norm` (norm_before_fc) is
 built from 0.5.17; the MLA class from 0.5.12; up to 0.5.9 (transformers 4.x) a speculators config is
 read as whatever model type its folder's path names, and the build fails later instead.
+EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): up to 0.5.11 no release builds fc_norm or honours
+norm_output, and the loader skips the norms' keys without a word; from 0.5.12 `fc_norm` (or the older
+`use_aux_norm`) builds one norm per aux state, `aux_norm_low/mid/high` are renamed to `fc_norm.0/1/2`,
+and `norm_output` feeds the post-norm state back; input_norm from 0.5.17.
 """
 
 from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts
@@ -35,7 +39,7 @@ _COMMON = dict(
     # the registry builds the target class for them; the load then fails (Llama: at lm_head; Qwen3: at k_proj;
     # DeepSeek-V2: while building) (0.5.10, 0.5.11 and 0.5.23's own loaders, tests/test_differential.py)
     plain_architectures=("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM"),
-    reads_use_aux_norm=True,
+    reads_use_aux_norm=True,  # from 0.5.12, where fc_norm is built at all (llama_eagle3.py, 0.5.12.post1 :166-178)
     unknown_architecture=_NO_MODULE,
     # llama.py's attention: `attention_bias or bias` (every release of the sweep)
     o_proj_bias_from_config=True,
@@ -47,10 +51,14 @@ _COMMON = dict(
 # "Fix Eagle draft decode positions", moved the increment after the forward; 0.5.23's eagle_worker_v2.py
 # increments after the argmax). The load rows split at 0.5.12 too, so the fact rides on them.
 _CHAIN_BEFORE_FORWARD, _CHAIN_AFTER_FORWARD = dict(chain_position_offset=1), dict(chain_position_offset=0)
+# no fc_norm, input_norm or norm_output: their keys match no parameter and are skipped like any other
+# (docs/engine-facts.md: "EAGLE 3.1")
 _MIDLAYER = dict(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, legacy_renames=(),
                  supports_fc_norm=False, supports_input_norm=False, fc_aux_count_from=(), **_CHAIN_BEFORE_FORWARD)
 _SILENT_FALLBACK = dict(prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT, fc_bias="config")
 _TRANSFORMERS_4 = dict(model_type_from_path=True)  # the releases pinning transformers 4.x (up to 0.5.9)
+# fc_norm (one RMSNorm of the target's width per aux state) and norm_output from 0.5.12; a norm's key without
+# its flag is skipped silently, a built norm without its key stays at ones (docs/engine-facts.md: "EAGLE 3.1")
 _LAYERS = dict(layer_prefix="model.layers.{i}.", single_layer_error=None,
                legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
                                ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),

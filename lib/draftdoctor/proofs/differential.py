@@ -21,6 +21,11 @@ from ..synth import REMOVE, DraftShape, edit_config, write_draft, write_header_o
 
 H, I = 64, 128
 F16 = np.float16
+# EAGLE 3.1 (docs/engine-facts.md: "EAGLE 3.1"): one norm per aux state, [Ht] each, and the switches as
+# SpecForge's template sets them; a flat config's eagle_config as synth writes it (SGLang's ids for 1, 3, 5)
+FC_NORM = {f"fc_norm.{i}.weight": np.ones(H, dtype=F16) for i in range(3)}
+EAGLE31 = {"fc_norm": True, "norm_output": True}
+EAGLE_CONFIG = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4], "use_aux_hidden_state": True}
 LLAMA = {
     "speculators-layout": dict(layout="speculators", config="flat"),
     "midlayer-layout": dict(layout="midlayer"),
@@ -33,6 +38,14 @@ LLAMA = {
     "speculators-nested-config": dict(layout="speculators"),
     # the EAGLE repo's published drafts: a flat config naming the target's class
     "eagle-repo-llama-arch": dict(layout="midlayer", config_update={"architectures": ["LlamaForCausalLM"]}),
+    # EAGLE 3.1: the switches without the norms' weights (speculators' converter leaves them out): a release
+    # that builds the norms keeps them at ones; NeMo Automodel's `model.`-prefixed norms (SGLang >= 0.5.12 finds
+    # them, vLLM reads model.model.); norm_before_fc inside eagle_config (llama.cpp reads the top level only)
+    "fc-norm-flag-without-keys": dict(layout="midlayer", config_update=EAGLE31),
+    "fc-norm-model-prefixed": dict(layout="midlayer", config_update=EAGLE31,
+                                   extra={f"model.{k}": v for k, v in FC_NORM.items()}),
+    "norm-before-fc-in-eagle-config": dict(layout="midlayer", config_update={"eagle_config": EAGLE_CONFIG | {
+        "norm_before_fc": True}}, extra={"input_norm.weight": np.ones(3 * H, dtype=F16)}),
 }
 LLAMA_VLLM = {
     "no-decoder-layer": dict(layout="speculators", drop=tuple(f"layers.0.{m}" for m in (
@@ -44,14 +57,18 @@ LLAMA_VLLM = {
     "full-vocab-with-d2t": dict(layout="speculators", shape=DraftShape(draft_vocab=None),
                                 extra={"d2t": np.zeros(256, dtype=np.int64)}),
     "unknown-key": dict(layout="speculators", extra={"extra_head.weight": np.zeros((4, H), dtype=F16)}),
-    "fc-norm": dict(layout="speculators", extra={f"fc_norm.{i}.weight": np.ones(H, dtype=F16) for i in range(3)}),
+    "fc-norm": dict(layout="speculators", extra=FC_NORM),  # the norms' keys without the switch
     # the draft options and tensors vLLM's Llama class gained release by release (0.16, 0.18, 0.19, 0.22)
     "norm-before-fc": dict(layout="midlayer", config_update={"norm_before_fc": True},
                            extra={"input_norm.weight": np.ones(3 * H, dtype=F16)}),
     "norm-before-fc-speculators-config": dict(layout="speculators", config_update={"norm_before_fc": True},
                                               extra={"input_norm.weight": np.ones(3 * H, dtype=F16)}),
-    "fc-norm-flag": dict(layout="midlayer", config_update={"fc_norm": True},
-                         extra={f"fc_norm.{i}.weight": np.ones(H, dtype=F16) for i in range(3)}),
+    "fc-norm-flag": dict(layout="midlayer", config_update=EAGLE31, extra=FC_NORM),  # SpecForge's EAGLE 3.1 export
+    # EAGLE 3.1 in speculators' config: its reader passes fc_norm on from 0.25.0 only
+    "fc-norm-speculators-config": dict(layout="speculators", config_update=EAGLE31, extra=FC_NORM),
+    # SGLang's legacy names, which vLLM does not rename
+    "aux-norm-legacy-names": dict(layout="midlayer", config_update={"fc_norm": True}, extra={
+        f"aux_norm_{n}.weight": np.ones(H, dtype=F16) for n in ("low", "mid", "high")}),
     "attention-bias": dict(layout="midlayer", config_update={"attention_bias": True}, extra={
         f"midlayer.self_attn.{m}_proj.bias": np.zeros(n, dtype=F16) for m, n in (("q", 64), ("k", 32), ("v", 32), ("o", H))}),
     "mask-hidden": dict(layout="speculators", config="flat", extra={"mask_hidden": np.zeros((1, 3 * H), dtype=F16)}),
@@ -59,6 +76,10 @@ LLAMA_VLLM = {
                                          config_update={"eagle_aux_hidden_state_layer_ids": REMOVE,
                                                         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7],
                                                                          "use_aux_hidden_state": True}}),
+    # P-EAGLE's speculators type (read from 0.22.0, refused from 0.34.0), with its mask token and mask_hidden
+    "peagle-speculators-config": dict(layout="speculators", extra={"mask_hidden": np.zeros((1, 3 * H), dtype=F16)},
+                                      config_update={"speculators_model_type": "peagle", "mask_token_id": 0}),
+    "peagle-without-mask-token": dict(layout="speculators", config_update={"speculators_model_type": "peagle"}),
 }
 # cases whose outcome changes between SGLang releases (the release sweep): each tells two rows apart
 LLAMA_SGLANG = {
@@ -66,8 +87,8 @@ LLAMA_SGLANG = {
     "fc-bias-config": dict(layout="midlayer", config_update={"bias": True}, extra={"fc.bias": np.zeros(H, dtype=F16)}),
     "norm-before-fc": dict(layout="midlayer", config_update={"norm_before_fc": True},
                            extra={"input_norm.weight": np.ones(3 * H, dtype=F16)}),
-    "fc-norm-flag": dict(layout="midlayer", config_update={"fc_norm": True},
-                         extra={f"fc_norm.{i}.weight": np.ones(H, dtype=F16) for i in range(3)}),
+    "fc-norm-flag": dict(layout="midlayer", config_update=EAGLE31, extra=FC_NORM),  # SpecForge's EAGLE 3.1 export
+    "fc-norm-keys-without-flag": dict(layout="midlayer", extra=FC_NORM),  # skipped without a word, even from 0.5.12
     "legacy-aux-norm-flag": dict(layout="midlayer", config_update={"use_aux_norm": True},
                                  extra={f"aux_norm_{n}.weight": np.ones(H, dtype=F16) for n in ("low", "mid", "high")}),
 }

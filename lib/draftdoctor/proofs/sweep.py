@@ -40,9 +40,9 @@ def letters(report) -> str:
     return text or "ok"
 
 
-def sweep(engine: str, work: Path, progress=print, jobs: int = 1) -> list[ReleaseRow]:
-    """One row per installed release of `engine`, oldest first; `jobs` releases at a time (each in its own
-    child process: on 2 cores, two halve the sweep)."""
+def sweep(engine: str, work: Path, progress=print, jobs: int = 1, releases=None) -> list[ReleaseRow]:
+    """One row per installed release of `engine` (or of `releases`), oldest first; `jobs` releases at a time
+    (each in its own child process: on 2 cores, two halve the sweep)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from . import differential
@@ -58,7 +58,7 @@ def sweep(engine: str, work: Path, progress=print, jobs: int = 1) -> list[Releas
         return row
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(run, installed_releases(engine)))
+        return list(pool.map(run, releases or installed_releases(engine)))
 
 
 def sweep_release(engine: str, release: str, cases: dict) -> ReleaseRow:
@@ -105,9 +105,39 @@ def _oldest(engine: str) -> str:
     return f"{engine}=={min((p for p in all_profiles() if p.engine == engine), key=lambda p: p.first).first}"
 
 
+def read_table(text: str) -> tuple[str, list[ReleaseRow]]:
+    """The machine line and the rows of a table `markdown` wrote (cells with their marks read back)."""
+    import re
+
+    machine = re.search(r"\) on (.+?)\. One row per release run", text).group(1)
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    names = [cell.strip() for cell in lines[0].strip("|").split("|")][3:]
+    rows = []
+    for line in lines[1:]:
+        release, profile, seconds, *cells = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        row = ReleaseRow(release, None if profile in ("none (older)", "–") else profile, float(seconds))
+        if len(cells) == 1 and cells[0].startswith("could not run: "):
+            row.error = cells[0].removeprefix("could not run: ")
+        for name, cell in zip(names, cells if row.error is None else ()):
+            letters, _, mark = cell.partition(" ")
+            if letters != "–":
+                row.cells[name] = letters
+            {"≠": row.disagreements, "∅": row.not_modelled}.get(mark, []).append(name)
+        rows.append(row)
+    return machine, rows
+
+
+def merged(old: list[ReleaseRow], new: list[ReleaseRow]) -> list[ReleaseRow]:
+    """`old`'s rows with `new`'s in place of the same releases' and beside them, oldest first."""
+    from ..engines import parse_version
+
+    ran = {row.release: row for row in new}
+    return sorted([row for row in old if row.release not in ran] + new, key=lambda row: parse_version(row.release))
+
+
 def markdown(engine: str, rows: list[ReleaseRow], machine: str) -> str:
-    """The committed table: releases as rows, cases as columns."""
-    names = list(dict.fromkeys(name for row in rows for name in row.cells))
+    """The committed table: releases as rows, cases as columns (in the order of the fullest row's cases)."""
+    names = list(dict.fromkeys(name for row in sorted(rows, key=lambda r: -len(r.cells)) for name in row.cells))
     lines = [f"# {engine}: what each release's own loader does with the differential corpus", "",
              f"Written by `python -m draftdoctor.proofs.sweep {engine}` (`make {engine}-loaders RELEASES=all`) on "
              f"{machine}. One row per release run; one column per case of `draftdoctor.proofs.differential` (a layout, "
@@ -116,8 +146,8 @@ def markdown(engine: str, rows: list[ReleaseRow], machine: str) -> str:
              + ", ".join(f"{letter} {code}" for code, letter in LETTERS.items())
              + " (upper case an error, lower case a warning; ok: none); `≠` marks a case where the replay's profile "
              "row says otherwise (none should), `∅` one whose draft class the replay does not model for that "
-             "release (its verdict is 'not checked': nothing to compare). Profile rows are split where this table "
-             "shows behaviour changing.", "",
+             "release (its verdict is 'not checked': nothing to compare), `–` one not in the corpus when that "
+             "release last ran. Profile rows are split where this table shows behaviour changing.", "",
              "| release | profile row | s | " + " | ".join(names) + " |",
              "|---|---|---|" + "---|" * len(names)]
     for row in rows:
@@ -139,15 +169,25 @@ def main(argv=None) -> int:
     ap.add_argument("engine", choices=("sglang", "vllm"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=2, help="releases run at once (default 2: the machines' cores)")
+    ap.add_argument("--releases", nargs="+", metavar="RELEASE",
+                    help="run these installed releases only, and put their rows into the table --out already holds "
+                         "(the others' rows kept as they last ran)")
     args = ap.parse_args(argv)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
+    machine = f"{time.strftime('%Y-%m-%d')}, {cpu}"
     with tempfile.TemporaryDirectory(prefix="draftdoctor-sweep-") as work:
-        rows = sweep(args.engine, Path(work), progress=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
+        rows = sweep(args.engine, Path(work), progress=lambda m: print(m, file=sys.stderr), jobs=args.jobs,
+                     releases=args.releases)
+    failed = any(r.disagreements or r.error for r in rows)
+    if args.releases and args.out.is_file():
+        first, old = read_table(args.out.read_text())
+        machine = f"{first} ({', '.join(r.release for r in rows)} run again {machine})"
+        rows = merged(old, rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(args.engine, rows, f"{time.strftime('%Y-%m-%d')}, {cpu}"))
+    args.out.write_text(markdown(args.engine, rows, machine))
     print(f"wrote {args.out}: {len(rows)} releases", file=sys.stderr)
-    return 1 if any(r.disagreements or r.error for r in rows) else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

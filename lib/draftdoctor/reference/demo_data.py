@@ -40,6 +40,15 @@ SPECULATIVE_TOKENS = 4
 # nbr draft shows what the default costs there.
 DRAFTS = {"draft-speculators": False, "draft-speculators-nbr": True}
 N_PROMPTS = 40
+# A second, wider pair (`--wide`): the value statistics (draftdoctor.values) must hold on trained
+# matrices far larger than the demo's 64-wide ones, so one draft is trained at hidden 256 with another
+# shape (4 heads of 64, an intermediate size that is no multiple of the hidden one, 4 target layers).
+# Only the draft is committed (data/wide/draft, stored in bf16 as published drafts are); its target is
+# the training's by-product.
+WIDE_TARGET = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                   tie_word_embeddings=False)
+WIDE_AUX_LAYER_IDS = [1, 2, 3]
 
 
 def build_tokenizer(out: Path) -> dict[str, int]:
@@ -102,12 +111,12 @@ def batches(stream: torch.Tensor, seq_len: int, batch: int, steps: int, seed: in
         yield torch.stack([stream[s:s + seq_len] for s in starts.tolist()])
 
 
-def train_target(out: Path, vocab: dict[str, int], log) -> None:
+def train_target(out: Path, vocab: dict[str, int], log, shape: dict = TARGET) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
     config = LlamaConfig(vocab_size=len(vocab), bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
-                         **TARGET)
+                         **shape)
     model = LlamaForCausalLM(config)
     stream = token_stream(vocab, 4000, SEED)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
@@ -140,7 +149,8 @@ def vocab_mapping(stream: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, 
     return t2d, d2t
 
 
-def draft_examples(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int) -> list[dict]:
+def draft_examples(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int,
+                   aux_layer_ids=AUX_LAYER_IDS) -> list[dict]:
     """Target hidden states for n windows of the corpus, aligned by speculators' own shift_batch
     (token i + 1 with the aux states at i and the verifier's final state at i + 1)."""
     from speculators.models.eagle3.data import shift_batch
@@ -148,7 +158,7 @@ def draft_examples(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int)
     from draftdoctor.reference.llama import TargetModel
 
     target = TargetModel.from_dir(target_dir)
-    capture = (*AUX_LAYER_IDS, target.n_layers)
+    capture = (*aux_layer_ids, target.n_layers)
     out = []
     for x in batches(stream, seq_len, 1, n, SEED + 1):
         _, states = target.forward(x[0], target.new_cache(), capture)
@@ -160,7 +170,7 @@ def draft_examples(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int)
 
 
 def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str, int], log,
-                norm_before_residual: bool) -> None:
+                norm_before_residual: bool, aux_layer_ids=AUX_LAYER_IDS) -> None:
     """Build, train and save an EAGLE-3 draft with speculators' own Eagle3DraftModel."""
     from speculators import SpeculatorsConfig, VerifierConfig
     from speculators.losses import resolve_loss_config
@@ -176,7 +186,7 @@ def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str
         transformer_layer_config=layer_config,
         draft_vocab_size=DRAFT_VOCAB,
         norm_before_residual=norm_before_residual,
-        eagle_aux_hidden_state_layer_ids=AUX_LAYER_IDS,
+        eagle_aux_hidden_state_layer_ids=list(aux_layer_ids),
         speculators_config=SpeculatorsConfig(
             algorithm="eagle3",
             proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=SPECULATIVE_TOKENS)],
@@ -191,7 +201,7 @@ def train_draft(out: Path, target_dir: Path, verifier_name: str, vocab: dict[str
     model.load_verifier_weights()
 
     seq_len, pack, steps = 64, 8, 1000
-    examples = draft_examples(target_dir, stream, 800, seq_len)
+    examples = draft_examples(target_dir, stream, 800, seq_len, aux_layer_ids)
     log(f"{out.name}: {len(examples)} target hidden-state windows")
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=2e-3, weight_decay=0.0)
@@ -248,16 +258,52 @@ def write_story_draft(demo: Path) -> Path:
     return out
 
 
+def to_bf16(folder: Path) -> None:
+    """Rewrite folder/model.safetensors with every float32 tensor rounded to bfloat16, and the config's
+    dtype fields (top level and the layer config's) so, as published drafts are stored. Idempotent."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = {k: v.to(torch.bfloat16) if v.dtype == torch.float32 else v for k, v in load_file(str(path)).items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    for part in (config, config.get("transformer_layer_config") or {}):
+        for key in ("dtype", "torch_dtype"):
+            if key in part:
+                part[key] = "bfloat16"
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def write_wide(out: Path, log) -> Path:
+    """out/draft: a speculators draft of hidden 256 trained (as the demo's) against a hidden-256 target
+    trained first under out/target; the target folder is removed afterwards (it is not committed)."""
+    target_dir, draft_dir = out / "target", out / "draft"
+    for folder in (target_dir, draft_dir):
+        shutil.rmtree(folder, ignore_errors=True)
+    target_dir.mkdir(parents=True)
+    vocab = build_tokenizer(target_dir)
+    train_target(target_dir, vocab, log, WIDE_TARGET)
+    train_draft(draft_dir, target_dir, "target", vocab, log, False, WIDE_AUX_LAYER_IDS)
+    to_bf16(draft_dir)
+    shutil.rmtree(target_dir)
+    return draft_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="output folder (the folders and files this writes are replaced; "
                                            "others, such as investigate.yaml, are kept)")
+    ap.add_argument("--wide", action="store_true", help="write only the hidden-256 draft (WIDE_TARGET) to OUT/draft")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # tiny ops: a second thread only adds overhead
     t0 = time.time()
 
     def log(msg: str) -> None:
         print(f"[{time.time() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if args.wide:
+        log(f"wrote {write_wide(args.out, log)}")
+        return 0
 
     out: Path = args.out
     for name in ("target", *DRAFTS, "draft-story"):

