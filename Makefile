@@ -29,11 +29,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 setup: $(VENV)/.venv-complete
 
 # torch first: any other route lets pip pick a multi-GB CUDA build.
-$(VENV)/.setup-done: pyproject.toml
+# Every package under requirements/venv.txt's pins (pip -c): the venv a fresh machine builds is the one the
+# suite passed with, whatever PyPI has published since.
+PINS := -c requirements/venv.txt
+$(VENV)/.setup-done: pyproject.toml requirements/venv.txt
 	mkdir -p $(IPYTHONDIR) $(MPLCONFIGDIR) $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(HF_HOME) $(XDG_CACHE_HOME)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(TORCH) $(SETUPTOOLS)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q $(PINS) $(TORCH) $(SETUPTOOLS)
+	$(BIN)/pip install -q $(PINS) -e '.[dev]'
 	# the notebooks' kernelspec `python3`, inside .venv (not the home directory)
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (draftdoctor)" >/dev/null
 	touch $@
@@ -43,12 +46,26 @@ $(VENV)/.venv-complete: $(VENV)/.setup-done
 	touch $@
 
 # What the tests need (mk/*.mk add theirs), made three at a time: two release installs (mostly downloads and
-# unpacking) overlap the llama.cpp build.
-# Then the suite on two workers (pytest-xdist; tests sharing a module's fixture stay together: conftest.py).
+# unpacking) overlap the llama.cpp build. While they are made, the first tier runs: every test that needs no
+# engine release, no browser and not the whole story (`make test-fast`'s), with the releases hidden (an empty
+# folder in their place) so that `--loader auto` answers alike whichever install has finished; then the
+# second tier, the rest. The suite on two workers (pytest-xdist; tests sharing a module's fixture stay
+# together: conftest.py); each tier prints its time per marker at its end.
 TEST_NEEDS := setup
-test:
-	$(MAKE) -j3 $(TEST_NEEDS) FOR_TESTS=1
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+NO_RELEASES := $(BUILD)/state/no-releases
+FIRST_TIER := not engine and not browser and not story
+test: setup
+	@mkdir -p $(NO_RELEASES) $(BUILD)/logs
+	@echo "make test: installing the engine releases, llama.cpp and the browser (log: $(BUILD)/logs/test-needs.log) while the first tier runs"
+	@( $(MAKE) -j3 $(filter-out setup,$(TEST_NEEDS)) FOR_TESTS=1 > $(BUILD)/logs/test-needs.log 2>&1; \
+	   echo $$? > $(BUILD)/logs/test-needs.status ) & \
+	DRAFTDOCTOR_SGLANG_DIR=$(NO_RELEASES) DRAFTDOCTOR_VLLM_DIR=$(NO_RELEASES) DRAFTDOCTOR_LLAMACPP_DIR=$(NO_RELEASES) \
+	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "$(FIRST_TIER)"; first=$$?; \
+	wait; \
+	if [ "$$(cat $(BUILD)/logs/test-needs.status)" != 0 ]; then \
+	  tail -n 40 $(BUILD)/logs/test-needs.log; echo "make test: installing what the second tier needs failed" >&2; exit 1; fi; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not ($(FIRST_TIER))"; second=$$?; \
+	test $$first = 0 && test $$second = 0
 
 # The tests that need no engine release and no browser (conftest marks those), less the few that run the
 # whole story end to end (marked `story`): minutes, not half an hour.

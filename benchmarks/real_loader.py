@@ -4,7 +4,7 @@ Writes (once, in build/bench/real-loader) a tiny speculators-layout draft with a
 release: cold = a fresh child process (Python, torch and the engine imported, set-up, config, build,
 load: `DRAFTDOCTOR_REALLOAD_WORKER=0`); first = the same through a warm worker that does not exist yet
 (it starts); warm = the next call to that worker (config, build and load only); replay = the header-only
-`diagnose.check`. Targets (issue 21): warm < 2 s, cold < 15 s on 2 cores. Each figure is the median of
+`diagnose.check`. Targets: warm < 2 s, cold < 15 s on 2 cores. Each figure is the median of
 `--runs` runs, measured in the same process, so the machine's noise hits all columns alike.
 Usage: .venv/bin/python benchmarks/real_loader.py [--runs 3] [--engine sglang|vllm]
 """

@@ -1,4 +1,4 @@
-"""Three engines, one draft: the reference backend, real vLLM and real llama.cpp on the demo (issue 22).
+"""Three engines, one draft: the reference backend, real vLLM and real llama.cpp on the demo.
 
 The same correctly loaded draft (data/demo/draft-speculators, speculators' own checkpoint, which every
 engine reads), the same prompts sent as token ids, 4 draft tokens, greedy, 48 new tokens. Each real

@@ -1,4 +1,4 @@
-# Demo data (data/demo/) and the speculators stack that builds and checks it. Issue 5.
+# Demo data (data/demo/) and the speculators stack that builds and checks it.
 .PHONY: demo-data
 
 # speculators and its pure-Python deps, --no-deps after torch (see requirements/speculators.txt).

@@ -1,4 +1,4 @@
-# JupyterLab for interactive use (make lab) and the browser its test drives (make browser). Issue 10.
+# JupyterLab for interactive use (make lab) and the browser its test drives (make browser).
 .PHONY: lab browser lab-screenshot
 
 # Debian's Chromium, driven by Playwright (installed by make setup) with an explicit path:

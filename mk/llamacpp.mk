@@ -1,4 +1,4 @@
-# llama.cpp for the llamacpp engine (issue 22): the converter and llama-server of the llama.cpp that the
+# llama.cpp for the llamacpp engine: the converter and llama-server of the llama.cpp that the
 # pinned llama-cpp-python sdist vendors (vendor/llama.cpp; no other download), built once under the
 # build area and rebuilt only when its inputs (the version, the flags) change. A portable CPU build: AVX2 set
 # given explicitly (a -march=native build made on an AVX-512 Xeon dies with SIGILL on an AVX2-only EPYC),

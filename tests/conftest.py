@@ -172,3 +172,23 @@ def _source(function) -> str:
         return inspect.getsource(function) if function is not None else ""
     except (OSError, TypeError):
         return ""
+
+
+# --- the suite's time per tier, printed at its end ------------------------------------------------
+TIERS = ("engine", "browser", "story")
+_TIER_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test's setup, call and teardown time, by its tier (the controlling process sees the workers' too)."""
+    tier = next((t for t in TIERS if t in report.keywords), "the rest")
+    _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """What each tier of the suite cost (test time summed over the workers): the budget, visible."""
+    if hasattr(terminalreporter.config, "workerinput") or not _TIER_SECONDS:  # an xdist worker: its controller says
+        return
+    parts = [f"{tier} {_TIER_SECONDS[tier]:.0f} s" for tier in (*TIERS, "the rest") if tier in _TIER_SECONDS]
+    terminalreporter.write_line(f"time per tier (test time summed over workers): {', '.join(parts)}; "
+                                f"in all {sum(_TIER_SECONDS.values()):.0f} s")

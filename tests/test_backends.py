@@ -1,4 +1,4 @@
-"""Serving as rows (issue 31 section 1): every backend is a row (serving.backends) and a module with
+"""Serving as rows: every backend is a row (serving.backends) and a module with
 the same functions; the launcher, bench and the CLI read rows, never a backend's name, so a fifth
 backend is a row and its module."""
 

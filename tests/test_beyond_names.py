@@ -1,4 +1,4 @@
-"""Issue 8's measured part: what aux-layer-ids and norm-before-residual cost on the reference backend.
+"""The checks beyond names, measured: what aux-layer-ids and norm-before-residual cost on the reference backend.
 
 The reference engine is deterministic, so the numbers below are exact for the committed demo data
 (16 prompts, 48 new tokens, 4 steps: fixed draft 3.35, nbr draft 2.11, nbr as trained 3.38,

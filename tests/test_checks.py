@@ -1,4 +1,4 @@
-"""Beyond names: one fixture per way a draft loads and silently misbehaves (issue 8 codes)."""
+"""Beyond names: one fixture per way a draft loads and silently misbehaves, for each code the checks beyond names give."""
 
 import json
 

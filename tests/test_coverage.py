@@ -1,4 +1,4 @@
-"""Replay coverage: the expected verdicts of issue 2 and each profile's resolution rules."""
+"""Replay coverage: the story's expected verdicts (README) and each profile's resolution rules."""
 
 import re
 
@@ -36,7 +36,7 @@ def test_speculators_layout_under_0_5_10_drops_the_decoder_layer(draft):
 
 
 def test_story_numbers_on_an_8b_shaped_draft(tmp_path):
-    """Field notes §1/§9: 7 of 11 parameters, about 486 MB of 850 MB, sized from headers alone."""
+    """The story's numbers (README): 7 of 11 parameters, about 486 MB of 850 MB, sized from headers alone."""
     folder = write_draft(tmp_path / "d", LLAMA_8B, layout="speculators", config="flat", fill="sparse")
     report = check(folder, "sglang==0.5.10")
     assert re.search(r"7 of 11 parameters, 48[67] MB of 8[45]\d MB", report.verdict), report.verdict
@@ -305,3 +305,56 @@ def test_sharded_checkpoint_coverage_matches_single_file(draft):
     many = check(draft("speculators", config="flat", shards=4), "sglang==0.5.10")
     assert statuses(one) == statuses(many)
     assert {k.key: k.status for k in one.keys} == {k.key: k.status for k in many.keys}
+
+
+# --- a config the kit cannot read: said, never guessed in silence --------------------------------------------
+
+def _edit_config(folder, edit):
+    import json
+
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config))
+    return folder
+
+
+def test_a_missing_config_field_is_said_with_the_dims_taken_from_the_tensors(draft):
+    """Without num_attention_heads the dims come from the tensors, and the report names the field, the value
+    assumed for it and the others; heads of 128 are the guess's own, so the draft loads as before (exit 0)."""
+    shape = DraftShape(hidden=256, heads=2, kv_heads=1, head_dim=128, target_hidden=256)
+    folder = _edit_config(draft("midlayer", shape=shape, config="flat"), lambda c: c.pop("num_attention_heads"))
+    report = check(folder, "sglang==0.5.10", predict=False)
+    [unread] = [f for f in report.findings if f.code == "dims-from-tensors"]
+    assert unread.severity == "warning" and not report.errors
+    assert unread.message.startswith(f"{folder / 'config.json'}: num_attention_heads is missing, so the draft's "
+                                     "dimensions were taken from its tensors' shapes instead: assumed num_attention_heads 2; "
+                                     "also hidden_size 256, intermediate_size 128, vocab_size 256, num_hidden_layers 1, "
+                                     "num_key_value_heads 1, head_dim 128 (a guess: 128 when it divides q_proj's 256 rows, "
+                                     "else 64)"), unread.message
+    assert unread.message.endswith("write num_attention_heads into config.json")
+
+
+@pytest.mark.parametrize("field, where", [("hidden_size", "transformer_layer_config."), ("vocab_size", "transformer_layer_config."),
+                                          ("num_hidden_layers", "transformer_layer_config.")])
+def test_a_null_config_field_is_said_where_it_sits(draft, field, where):
+    """A null field of a speculators config is named inside transformer_layer_config, with the value assumed."""
+    def null(config):
+        config["transformer_layer_config"][field] = None
+
+    folder = _edit_config(draft("speculators"), null)
+    report = check(folder, "vllm==0.32.0", predict=False)
+    [unread] = [f for f in report.findings if f.code == "dims-from-tensors"]
+    assumed = {"hidden_size": "hidden_size 64", "vocab_size": "vocab_size 256", "num_hidden_layers": "num_hidden_layers 1"}
+    assert f"config.json: {where}{field} is null, so" in unread.message and f"assumed {assumed[field]};" in unread.message
+    assert "head_dim 64 (a guess" in unread.message  # the demo-sized draft's 16 is not what the guess gives: said
+
+
+def test_a_readable_config_gets_no_dims_finding_and_an_impossible_value_is_exit_2(draft, tmp_path):
+    from draftdoctor.checkpoint import CheckpointError
+
+    assert "dims-from-tensors" not in {f.code for f in check(draft("midlayer", config="flat"), "sglang==0.5.10",
+                                                               predict=False).findings}
+    folder = _edit_config(draft("midlayer", config="flat"), lambda c: c.update(hidden_size="abc"))
+    with pytest.raises(CheckpointError, match="hidden_size must be a whole number"):
+        check(folder, "sglang==0.5.10", predict=False)

@@ -49,7 +49,7 @@ def public_corpus(tmp_path_factory):
 
 
 def test_the_public_corpus_is_what_its_readme_promises(public_corpus):
-    """At least 15 published drafts, both trainer layouts, the architectures and targets issue 20 names,
+    """At least 15 published drafts, both trainer layouts, the architectures (Llama, Qwen3, MLA) and their targets,
     each with a SOURCE.md."""
     from draftdoctor.provenance import recognise
 

@@ -1,4 +1,4 @@
-"""Every EAGLE-3 draft class the supported releases register (issue 20): the parameter list of MLA drafts
+"""Every EAGLE-3 draft class the supported releases register: the parameter list of MLA drafts
 (SGLang's `Eagle3DeepseekV2ForCausalLM`; vLLM's, also registered as `...V3...`) and of vLLM's Qwen3 class
 (q/k norms) is the engines' own; their case-by-case fates are in the differential corpus
 (draftdoctor.proofs.differential, tests/test_differential.py). Needs `make sglang-loaders vllm-loaders`."""

@@ -1,4 +1,4 @@
-"""No input exhausts the machine (issue 32, items 7 and 13): what a draft's config claims is estimated
+"""No input exhausts the machine: what a draft's config claims is estimated
 before it is built, and built on meta or refused when it is more than the machine can spare; the
 reference server caps each request by what its prefill allocates; `bench` refuses, before anything is
 launched, arguments no server could answer."""

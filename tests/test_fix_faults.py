@@ -1,4 +1,4 @@
-"""`fix` under real faults (issue 9): a full disk, a read-only destination, a SIGKILL midway.
+"""`fix` under real faults: a full disk, a read-only destination, a SIGKILL midway.
 
 After each, SRC is unchanged and DST is absent (or complete and verified), never partial. The disk
 faults use real size-limited / read-only tmpfs mounts (the tests run as root, as CI does).

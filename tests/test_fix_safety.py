@@ -1,4 +1,4 @@
-"""`fix` never deletes, follows or leaks what a user owns (issue 17's data-loss cases), and its output
+"""`fix` never deletes, follows or leaks what a user owns (each way `fix` could lose a user's data), and its output
 is readable as a folder the user made would be."""
 
 import json

@@ -1,4 +1,4 @@
-"""The guard in the serving process (issue 34): the engine's own loader, recorded in the process that
+"""The guard in the serving process: the engine's own loader, recorded in the process that
 loads the draft, refuses a draft it leaves unwritten before the server is ready.
 
 - the launcher and its start-up hook (no engine): usage, what keeps the hook out, every spawned process;
@@ -160,7 +160,8 @@ FAKE_SERVER = textwrap.dedent("""
         report(DRAFT, outcome=SERVED, line="draftdoctor guard: 1 of 1 draft parameters written")
     from draftdoctor.serving.sglang import READY_LINE
     print(READY_LINE, flush=True)
-    listening.accept()
+    while True:  # until stopped: the launcher may knock (its health check) before the ready line is printed
+        listening.accept()[0].close()
 """)
 
 

@@ -1,4 +1,4 @@
-"""Hostile and careless inputs (issue 17): each gets one line naming the file or argument and the
+"""Hostile and careless inputs: each gets one line naming the file or argument and the
 problem, exit 2; nothing hangs, nothing prints a traceback, nothing outside the test's folder changes.
 
 The inputs are made in the test (special files, large or deep JSON), one class each of: special

@@ -232,3 +232,21 @@ def test_the_installed_package_carries_the_guard(installed, tmp_path):
                              "from draftdoctor.guard import sglang; print(sglang._STATE['installed'])"],
                             capture_output=True, text=True, env=env, cwd=tmp_path)
     assert hooked.stdout.strip() == "True", hooked.stderr
+
+
+def test_the_venv_holds_only_what_requirements_venv_pins():
+    """make setup installs under requirements/venv.txt's pins: every distribution in .venv is pinned there at
+    the version installed, so a fresh machine (CI) builds this venv, not whatever PyPI published since. An
+    unpinned newer transformers once brought `kernels` into CI's venv, and the SGLang releases' own
+    transformers imported it and failed; this venv had never held it."""
+    from importlib import metadata
+
+    pins = {}
+    for line in (ROOT / "requirements" / "venv.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            pins[canonicalize_name(req.name)] = str(req.specifier)
+    installed = {canonicalize_name(d.metadata["Name"]): d.version.split("+")[0] for d in metadata.distributions()}
+    unpinned = {n: v for n, v in installed.items() if n not in pins and n not in {"draftdoctor", "pip", "setuptools"}}
+    moved = {n: (v, pins[n]) for n, v in installed.items() if n in pins and pins[n] != f"=={v}"}
+    assert not unpinned and not moved, f"not pinned: {unpinned}; pinned otherwise: {moved}"

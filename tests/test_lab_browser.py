@@ -1,4 +1,4 @@
-"""JupyterLab in a real browser (issue 10): the five notebooks run in Lab on the demo data with their
+"""JupyterLab in a real browser: the five notebooks run in Lab on the demo data with their
 widgets on, driven in Debian's Chromium by Playwright, as a user would: open, Run All, type, pick.
 
 Lab serves a temporary root holding copies of the notebooks with `interactive = True` (the committed

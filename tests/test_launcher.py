@@ -147,7 +147,7 @@ def test_busy_port_is_refused_before_starting(tmp_path):
         assert server.process is None
 
 
-# --- the SGLang command, proven by SGLang's own parser (issue 31 section 5) ---
+# --- the SGLang command, proven by SGLang's own parser ---
 
 from pathlib import Path  # noqa: E402
 

@@ -24,3 +24,15 @@ def test_reading_notebooks_builds_no_grammar_and_checks_iris_as_before():
     lazy = _run("import draftdoctor.investigate; " + CHECK)
     assert real[:-1] == lazy[:-1] and True in real and False in real  # the same answers, both kinds among them
     assert "stand-in" not in (lazy[-1] or "")  # the first check loaded the real module in its place
+
+
+def test_the_suite_says_its_time_per_tier(tmp_path):
+    """`make test` prints, at each tier's end, what each marker cost: the 30-minute budget, visible."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_auxids.py"],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stdout[-2000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("time per tier")]
+    assert "the rest" in line and line.endswith(" s")

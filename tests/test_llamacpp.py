@@ -1,4 +1,4 @@
-"""llama.cpp, the third engine (issue 22): its converter and loader as a real loader, its server as a
+"""llama.cpp, the third engine: its converter and loader as a real loader, its server as a
 backend that refuses to run a draft without speculation, its silent failures caught from headers and
 config before serving, and the reference backend emulating it giving its own counters. Needs `make
 llamacpp` (run by `make test`)."""

@@ -1,4 +1,4 @@
-"""MLA EAGLE-3 drafts for Kimi/DeepSeek targets (issue 20): SGLang 0.5.23 and vLLM 0.32.0 build
+"""MLA EAGLE-3 drafts for Kimi/DeepSeek targets: SGLang 0.5.23 and vLLM 0.32.0 build
 `Eagle3DeepseekV2ForCausalLM`; their own loaders say what happens, the replay agrees, and `fix` writes
 what each loads (or refuses a release without the class). Needs `make sglang-loaders vllm-loaders`."""
 
@@ -59,7 +59,7 @@ def test_one_of_the_fused_pair_without_the_other(real):
 
 
 def test_no_head_with_a_declared_draft_vocabulary(real):
-    """SGLang 0.5.23 keeps a random head (accept length 1.00, its issue #27829); vLLM takes the target's."""
+    """SGLang 0.5.23 keeps a random head (accept length 1.00, SGLang issue #27829); vLLM takes the target's."""
     engine, reports = real
     head = statuses(reports["no-lm-head"])["lm_head.weight"]
     assert head == ("uninitialized" if engine.startswith("sglang") else "from-target")

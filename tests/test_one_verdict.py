@@ -1,4 +1,4 @@
-"""One verdict (issue 18): `fix` writes only what `check` then passes, and refuses the rest with the reason.
+"""One verdict: `fix` writes only what `check` then passes, and refuses the rest with the reason.
 
 The invariant is checked over a corpus of layouts, configs and defects, for one release of every
 engine profile row, with a target: whenever `fix` exits 0, `check --target` on its output exits 0.

@@ -1,4 +1,4 @@
-"""`inspect` names the draft architecture and the trainer it recognises, with evidence (issue 20)."""
+"""`inspect` names the draft architecture and the trainer it recognises, with evidence."""
 
 import json
 

@@ -44,7 +44,7 @@ FLAT_CONFIG = {
     "torch_dtype": "float16",
     "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 4], "use_aux_hidden_state": True},
 }
-# speculators' nested config (field notes section 2): no top-level model_type.
+# speculators' nested config (docs/engine-facts.md: "Config formats and who writes which layout"): no top-level model_type.
 NESTED_CONFIG = {
     "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
     "draft_vocab_size": DRAFT_VOCAB, "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": [1, 3, 5],

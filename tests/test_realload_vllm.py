@@ -1,4 +1,4 @@
-"""vLLM's own loader (issue 19): `check --loader real --engine vllm==0.32.0` runs vLLM's config reading,
+"""vLLM's own loader: `check --loader real --engine vllm==0.32.0` runs vLLM's config reading,
 registry, draft class and load_weights on CPU in a child process. Needs `make vllm-loaders` (run by
 `make test`); fails in CI without it."""
 

@@ -1,4 +1,4 @@
-"""The warm real loader (issue 21): one worker per release, started on first use and reused by later
+"""The warm real loader: one worker per release, started on first use and reused by later
 calls and other processes, serving one request at a time, gone after its idle timeout with nothing left
 behind, and a draft that kills it costs that call a clear error, not the next one. `check`'s default
 loader is `auto`: the real one where the release is installed. Needs SGLang 0.5.10 (`make sglang-loaders`)."""

@@ -352,7 +352,7 @@ def test_norm_before_residual_is_not_what_sglang_computes():
 # --- the story on the demo data ---------------------------------------------------------------
 
 def test_demo_acceptance_broken_vs_fixed(tmp_path):
-    """Issue 5's must-show: the story's draft under 0.5.10 <= 1.05, after fix >= 2.0 (4 steps);
+    """What the story must show: its draft under 0.5.10 <= 1.05, after fix >= 2.0 (4 steps);
     speculators' own checkpoint refused by 0.5.23 as SGLang refuses it, >= 2.0 once converted.
     Measured (float32 and float64 alike): 1.01 before, 3.35 after."""
     cases = acceptance.demo_cases(DEMO, tmp_path, n_prompts=16, max_new_tokens=48, num_steps=4)

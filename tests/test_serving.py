@@ -1,4 +1,4 @@
-"""The launcher and client against the reference server as a real process over HTTP (issue 6, 9)."""
+"""The launcher and client against the reference server as a real process over HTTP."""
 
 import json
 import os

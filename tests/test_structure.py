@@ -1,6 +1,7 @@
 """The package's shape: no import circle among its modules (imports inside functions included)."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lib" / "draftdoctor"
@@ -114,3 +115,55 @@ def test_what_a_checkpoint_says_reaches_the_browser_as_text():
     assert re.findall(r"\w+\.value = .*", widgets) == ['count.value = f"{len(shown)} of {len(table)} rows"',
                                                          'verdict.value = _as_text("verdict:", report.verdict)  '
                                                          '# the verdict quotes tensor names']
+
+
+# What a cloner cannot follow: notes kept outside the repository, a branch of another checkout, paths of one
+# machine, and the numbers of an issue tracker the repository does not carry. Built from pieces, so this file
+# does not name them itself. An issue of another project, named with it ("SGLang issue #27829",
+# "sgl-project/sglang issue #27829"), is public and stays.
+UNFOLLOWABLE = re.compile("|".join((r"field[ -]notes", "sglang" + "-sweep", r"(?<![\w.$}])/" + "work/")), re.IGNORECASE)
+ISSUE = re.compile(r"\b[Ii]ssues? #?\d+")
+PUBLIC_TRACKER = re.compile(r"(SGLang|sglang|vLLM|vllm|speculators|TorchSpec|AngelSlim|llama\.cpp|[\w.-]+/[\w.-]+) $")
+
+
+def unfollowable(text: str) -> list[str]:
+    """The citations in `text` a cloner of the repository cannot follow."""
+    hits = [m.group(0) for m in UNFOLLOWABLE.finditer(text)]
+    return hits + [m.group(0) for m in ISSUE.finditer(text) if not PUBLIC_TRACKER.search(text[max(0, m.start() - 60):m.start()])]
+
+
+def tracked_files(root: Path) -> list[Path]:
+    """The repository's files (git's list; outside a git checkout, every file but build output)."""
+    import subprocess
+
+    try:
+        names = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout.decode().split("\0")
+        return [root / n for n in names if n]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", "build", ".venv", "__pycache__"}
+        return [p for p in root.rglob("*") if p.is_file() and not skip & set(p.relative_to(root).parts)]
+
+
+def test_the_finder_of_unfollowable_citations_finds_each_kind():
+    notes, sweep, work, issue = "fi\x65ld", "sglang\x2dsweep", "/w\x6frk/", "\x69ssue"
+    assert unfollowable(f"as the {notes} notes §3 say; the {notes}-notes file") == [f"{notes} notes", f"{notes}-notes"]
+    assert unfollowable(f"the {sweep} branch; {work}shared/x.md") == [sweep, work]
+    assert unfollowable(f"({issue} 8 codes); I{issue[1:]} 5's; {issue}s 3 and 4; {issue} #12") == [
+        f"{issue} 8", f"I{issue[1:]} 5", f"{issue}s 3", f"{issue} #12"]
+    assert unfollowable(f"SGLang {issue} #27829; sgl-project/sglang {issue} #1; speculators {issue} #1114; $HOME{work}x") == []
+
+
+def test_the_repository_cites_only_what_a_cloner_can_follow():
+    """No file the repository carries cites notes outside it, another checkout's branch, a machine's paths or
+    its own tracker's issue numbers: each says what it means, or points at a file inside the repository."""
+    root = Path(__file__).resolve().parents[1]
+    found = {}
+    for path in tracked_files(root):
+        try:
+            text = path.read_bytes()[:2_000_000].decode()
+        except (OSError, UnicodeDecodeError):
+            continue  # binary (images, weights) or a link to a folder
+        hits = unfollowable(text)
+        if hits:
+            found[str(path.relative_to(root))] = sorted(set(hits))
+    assert found == {}, found

@@ -1,4 +1,4 @@
-"""Real vLLM as a serving backend on the CPU (issue 19): the story's failure measured on a real
+"""Real vLLM as a serving backend on the CPU: the story's failure measured on a real
 engine, with acceptance read from vLLM's own counters. Needs `make vllm-loaders` (run by `make test`)."""
 
 import json

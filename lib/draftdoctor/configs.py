@@ -42,6 +42,26 @@ class ConfigValueError(ValueError):
     number, aux ids that are not layer numbers, an eagle_config that is not an object)."""
 
 
+class ConfigFieldUnread(KeyError):
+    """A field the draft's dimensions are read from that a config leaves out or sets to null (a KeyError,
+    as a missing key is): `field` names it where it sits (`transformer_layer_config.hidden_size` in a
+    speculators config), `state` is "missing" or "null"."""
+
+    def __init__(self, field: str, state: str):
+        super().__init__(field)
+        self.field, self.state = field, state
+
+    def __str__(self) -> str:
+        return f"{self.field} is {self.state}"
+
+
+def _needed(layer: dict, name: str, where: str):
+    """`layer[name]`, or ConfigFieldUnread naming it (`where`: the prefix saying where the layer's fields sit)."""
+    if layer.get(name) is None:
+        raise ConfigFieldUnread(where + name, "null" if name in layer else "missing")
+    return layer[name]
+
+
 MAX_DIM = 1 << 24  # no draft dimension comes near this (Kimi-K2: hidden 7168, vocab 163840)
 
 
@@ -127,18 +147,19 @@ class DraftDims:
 
     @classmethod
     def from_config(cls, config: dict) -> "DraftDims":
-        """Read the dims from a flat or speculators config; KeyError if a field is missing,
-        ConfigValueError if one is there but impossible."""
+        """Read the dims from a flat or speculators config; ConfigFieldUnread (a KeyError) if a field
+        they need is missing or null, ConfigValueError if one is there but impossible."""
         layer = layer_config(config)
         _check_shape(config, layer)
+        where = "transformer_layer_config." if config_format(config) == SPECULATORS else ""
         for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
                      "vocab_size", "draft_vocab_size", "target_hidden_size", "num_hidden_layers", "num_aux_hidden_states",
                      "num_aux_layers", *MLA_FIELDS):
             for holder in (layer, config):
                 if holder.get(name) is not None:
                     _count(holder[name], name)
-        hidden = int(layer["hidden_size"])
-        heads = int(layer["num_attention_heads"])
+        hidden = int(_needed(layer, "hidden_size", where))
+        heads = int(_needed(layer, "num_attention_heads", where))
         ids, ids_at = auxids.find(config)
         fmt = config_format(config)
         model_type = layer.get("model_type") if isinstance(layer.get("model_type"), str) else None
@@ -155,11 +176,11 @@ class DraftDims:
             num_heads=heads,
             num_kv_heads=int(layer.get("num_key_value_heads") or heads),
             head_dim=int(layer.get("head_dim") or default_head_dim),
-            intermediate_size=int(layer["intermediate_size"]),
-            vocab_size=int(layer["vocab_size"]),
+            intermediate_size=int(_needed(layer, "intermediate_size", where)),
+            vocab_size=int(_needed(layer, "vocab_size", where)),
             draft_vocab_size=int(draft_vocab) if draft_vocab is not None else None,
             target_hidden_size=int(target_hidden) if target_hidden is not None else None,
-            num_layers=int(layer.get("num_hidden_layers", 1)),
+            num_layers=int(_needed(layer, "num_hidden_layers", where)) if "num_hidden_layers" in layer else 1,
             aux_layer_ids=tuple(ids) if ids else None,
             aux_ids_at=ids_at,
             config_format=fmt,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
-from .configs import ConfigValueError, DraftDims, config_format
+from .configs import ConfigFieldUnread, ConfigValueError, DraftDims, config_format
 from .frames import frame
 from .engines import ParamSpec, Profile, from_target, identity_by_default
 from .layouts import Layout, detect_layout
@@ -280,19 +280,49 @@ def verdict(report: CoverageReport) -> str:
 
 
 def draft_dims(checkpoint: Checkpoint) -> DraftDims:
-    """The draft's dims from its config, or failing that from its tensor shapes."""
-    if checkpoint.config is not None:
-        try:
-            return DraftDims.from_config(checkpoint.config)
-        except ConfigValueError as e:
-            raise CheckpointError(checkpoint.config_path, str(e)) from None
-        except (KeyError, TypeError, ValueError):
-            pass
-    return dims_from_tensors(checkpoint)
+    """The draft's dims from its config, or failing that from its tensor shapes (`read_dims` says which)."""
+    return read_dims(checkpoint)[0]
+
+
+# DraftDims' attribute for each config field the dims need, for saying what was assumed in its place
+_DIM_FIELDS = {"hidden_size": "hidden_size", "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size",
+               "vocab_size": "vocab_size", "num_hidden_layers": "num_layers"}
+
+
+def read_dims(checkpoint: Checkpoint) -> tuple[DraftDims, F.Finding | None]:
+    """The draft's dims, and when its config.json is there but a field they need cannot be read (missing,
+    null), the `dims-from-tensors` finding naming the field and the values taken from the tensors instead:
+    never a silent guess. No config.json at all: the tensors' dims, and `config-unreadable` says so.
+    A value there but impossible is the user's error (CheckpointError: exit 2)."""
+    if checkpoint.config is None:
+        return dims_from_tensors(checkpoint), None
+    try:
+        return DraftDims.from_config(checkpoint.config), None
+    except ConfigValueError as e:
+        raise CheckpointError(checkpoint.config_path, str(e)) from None
+    except ConfigFieldUnread as e:
+        field, problem = e.field, str(e)
+    except (KeyError, TypeError, ValueError) as e:
+        field, problem = None, f"{type(e).__name__}: {e}"[:200]
+    dims, head_dim_from = _dims_from_tensors(checkpoint)
+    name = field.rpartition(".")[2] if field else None
+    assumed = [f"{name} {getattr(dims, _DIM_FIELDS[name])}"] if name in _DIM_FIELDS else []
+    rest = ", ".join(f"{n} {getattr(dims, a)}" for n, a in (*_DIM_FIELDS.items(), ("num_key_value_heads", "num_kv_heads"))
+                     if n != name)
+    return dims, F.finding("dims-from-tensors", (
+        f"{checkpoint.config_path}: {problem}, so the draft's dimensions were taken from its tensors' shapes instead: "
+        + (f"assumed {assumed[0]}; also " if assumed else "")
+        + f"{rest}, head_dim {dims.head_dim} ({head_dim_from}); the engine builds from config.json, not from the "
+          f"tensors, so this report may not be what it does: write {field or 'the field'} into config.json"))
 
 
 def dims_from_tensors(checkpoint: Checkpoint) -> DraftDims:
     """Best-effort dims from shapes alone (no config): enough to name and size the parameters."""
+    return _dims_from_tensors(checkpoint)[0]
+
+
+def _dims_from_tensors(checkpoint: Checkpoint) -> tuple[DraftDims, str]:
+    """`dims_from_tensors`, and where its head_dim came from (the q norm's width, else a guess)."""
     by_suffix = {}
     for name, t in checkpoint.tensors.items():
         by_suffix.setdefault(name.split("midlayer.")[-1].split("layers.0.")[-1].removeprefix("model."), t.shape)
@@ -305,6 +335,8 @@ def dims_from_tensors(checkpoint: Checkpoint) -> DraftDims:
         raise CheckpointError(checkpoint.path, f"no usable config.json, and no {e.args[0]} tensor to infer the draft's shape from") from None
     fc_in = by_suffix.get("fc.weight", (H, 3 * H))[1]
     head_dim = by_suffix.get("self_attn.q_norm.weight", (128 if q_out % 128 == 0 else 64,))[0]
+    head_dim_from = ("q_norm's width" if "self_attn.q_norm.weight" in by_suffix else
+                     f"a guess: 128 when it divides q_proj's {q_out} rows, else 64")
     lm = by_suffix.get("lm_head.weight")
     embed = by_suffix.get("embed_tokens.weight")
     vocab = embed[0] if embed else (by_suffix["t2d"][0] if "t2d" in by_suffix else (lm[0] if lm else 0))
@@ -312,7 +344,7 @@ def dims_from_tensors(checkpoint: Checkpoint) -> DraftDims:
         hidden_size=H, num_heads=q_out // head_dim, num_kv_heads=kv_out // head_dim, head_dim=head_dim,
         intermediate_size=inter, vocab_size=vocab, draft_vocab_size=lm[0] if lm else None,
         target_hidden_size=fc_in // 3, num_layers=max(1, len(detect_layout(checkpoint.tensors, None).layer_prefixes)),
-    )
+    ), head_dim_from
 
 
 # what a checkpoint key must contain to count as the draft's own tensor of that role (vLLM's proposer

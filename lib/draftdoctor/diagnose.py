@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
 from .checks import draft_checks, read_target_config
-from .coverage import CoverageReport, draft_dims
+from .coverage import CoverageReport, read_dims
 from .replay import replay
 from .engines import resolve_engine
 from .predict import PredictionSpec
@@ -40,7 +40,9 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     engine = resolve_engine(engine)
-    dims = draft_dims(checkpoint)  # a config value no engine could read is the user's error, whichever loader runs
+    # a config value no engine could read is the user's error, whichever loader runs; a field the kit cannot read
+    # (missing, null) is said in the report, with what was taken from the tensors instead
+    dims, unread = read_dims(checkpoint)
     if chosen_loader(engine, loader) == "real":
         try:
             report = real_check(checkpoint, engine, target_config=target_config)
@@ -52,6 +54,7 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
                                                             "the replay ran instead", severity=F.INFO))
     else:
         report = replay(checkpoint, engine)
+    report.findings += [unread] if unread is not None else []
     report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
     if values is None:
         values = scan(checkpoint, dims.vocab_size, dims.draft_vocab_size)

@@ -61,6 +61,13 @@ CODES = {
         "the config `fix` wrote needs a value the source config does not have; a documented default was used",
         "check the value in the written config.json and correct it if you know better",
     ),
+    "dims-from-tensors": Code(
+        WARNING,
+        "a field the draft's dimensions are read from (hidden size, heads, intermediate size, vocabulary, layer "
+        "count) is missing from config.json or null, so the kit took the dimensions from the tensors' shapes "
+        "(head_dim guessed unless a q norm gives it); the engine builds from the config, so what it does may differ",
+        "write the field into config.json with the value the draft was trained with",
+    ),
     "rename-collision": Code(
         ERROR,
         "two checkpoint tensors would get the same name; one would overwrite the other",

@@ -4,8 +4,8 @@ server spells and reports per release range (`SERVING`, docs/engine-facts.md: "A
 Read from the released wheels: 0.4.8 (`load_weights` delegates to the Llama loader), 0.5.10 and
 0.5.11 (`midlayer`, silent skip), 0.5.15, 0.5.23 (`layers` ModuleList, legacy renames). The ranges'
 edges were then checked by running the last release of every minor version from 0.4.4 to 0.5.23 (and
-0.5.0rc2: there is no final 0.5.0) through its own loader over the differential corpus (the
-`sglang-sweep` branch): `draft_vocab_size: null` crashes the build until 0.5.1; a too-narrow
+0.5.0rc2: there is no final 0.5.0) through its own loader over the differential corpus (the release
+sweep, docs/releases/sglang.md): `draft_vocab_size: null` crashes the build until 0.5.1; a too-narrow
 down_proj/o_proj is padded silently from 0.5.3 (an error before); `input_norm` (norm_before_fc) is
 built from 0.5.17; the MLA class from 0.5.12; up to 0.5.9 (transformers 4.x) a speculators config is
 read as whatever model type its folder's path names, and the build fails later instead.

@@ -99,7 +99,7 @@ MLA = {
     "no-kv-a-proj": dict(drop=(f"{L}kv_a_proj_with_mqa.weight",)),
     "no-q-a-proj": dict(drop=(f"{L}q_a_proj.weight",)),
     "no-kv-b-proj": dict(drop=(f"{L}kv_b_proj.weight",)),
-    # Vd == V declared, no head: SGLang keeps a random head (its issue #27829), vLLM shares the target's
+    # Vd == V declared, no head: SGLang keeps a random head (SGLang issue #27829), vLLM shares the target's
     "no-lm-head": dict(shape=DraftShape(draft_vocab=256), drop=("lm_head.weight",)),
     "vocab-null-no-head": dict(shape=DraftShape(draft_vocab=None), drop=("lm_head.weight",)),
     "unknown-key": dict(extra={f"{L}foo.weight": ("F16", (4, 64))}),

@@ -174,18 +174,25 @@ def _decoder_layers(model):
     return layers
 
 
+BATCH = 16  # prompts decoded together: a step per token for a batch, not per token and prompt; memory bounded
+
+
 @torch.no_grad()
 def continuations(model, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
     """Each prompt followed by the target's greedy continuation of it (`new_tokens` tokens, on past an
-    end-of-sequence token: the engine replayed stops there), the prompts decoded together as one batch,
-    padded on the left (a step per token for all of them, not per token and prompt)."""
+    end-of-sequence token: the engine replayed stops there), BATCH prompts decoded together, padded on
+    the left."""
     device = next(model.parameters()).device
-    width = max(map(len, prompts))
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    generated = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                               do_sample=False, eos_token_id=None, pad_token_id=0)
-    return [p + row[width:].tolist() for p, row in zip(prompts, generated)]
+    out = []
+    for start in range(0, len(prompts), BATCH):
+        batch = prompts[start:start + BATCH]
+        width = max(map(len, batch))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
+        generated = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                   do_sample=False, eos_token_id=None, pad_token_id=0)
+        out += [p + row[width:].tolist() for p, row in zip(batch, generated)]
+    return out
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Parse engines' periodic speculative-decoding log lines into DataFrames.
 
 SGLang's "Decode batch" line carries `accept len` (every release with speculative decoding) and,
-from 0.5.5, `accept rate`, whose formula changed (docs/engine-facts.md: "Acceptance"): 0.5.5–0.5.10 log L / k (the bonus
+from 0.5.4, `accept rate`, whose formula changed (docs/engine-facts.md: "Acceptance"): 0.5.4–0.5.10 log L / k (the bonus
 token counted), 0.5.11 on log the strict rate (L − 1) / (k − 1). So the logged rate is read with its
 release's formula, and the strict rate is always recomputed from L and k where k is known.
 vLLM's "SpecDecoding metrics" line is parsed by field name: field order varies across versions.
