@@ -3,11 +3,15 @@
 Generates a 1.9 GB Llama-3.1-8B-shaped speculators draft (synth.LLAMA_8B, random data) in a temporary
 folder under build/, then in this one run times, as subprocesses:
   - cp:     `cp` of the same safetensors file (the floor: bytes moved, nothing checked);
-  - fix:    `draftdoctor fix SRC --engine sglang==0.5.10 --out DST` (rename, config rewrite, copy,
-            comparison of every tensor's bytes in DST with SRC, header re-read, coverage replay);
+  - fix:    `draftdoctor fix SRC --engine sglang==0.5.10 --out DST`, as a user runs it: rename, config
+            rewrite, copy, comparison of every tensor's bytes in DST with SRC, header re-read, the value
+            checks, and `check` on DST with the default loader (auto: SGLang 0.5.10's own loader through
+            a warm worker where that release is installed, else the replay). No --target, so no
+            prediction of acceptance: a prediction runs the draft on a target's weights;
   - script: the story's script, safetensors load_file -> rename layers.0. -> midlayer. -> save_file
             (torch; run with this venv's python).
-After one uncounted run each of cp and fix (a VM hands memory back lazily, so first runs pay more),
+After one uncounted run each of cp and fix (a VM hands memory back lazily, so first runs pay more; fix's
+first run also starts the real-loader worker when none is running: its time is printed apart),
 cp and fix run in adjacent pairs, alternating which goes first; the script's runs come after them,
 because its 2 GB of tensors disturb whatever runs next. The package's bytecode is compiled first,
 as `pip install` does (with PYTHONDONTWRITEBYTECODE set, every run would otherwise recompile it).
@@ -17,7 +21,7 @@ output made the sync before a run write 1.9 GB, 0.5 s here, and the run after it
 with the host's write-back, took 2-6x as long.) Each run is measured by a wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
 whose RSS includes the few MB the child inherits from the wrapper before exec).
 Prints medians and the ratios to cp; targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
-Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep]
+Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep] [--draft DIR]
 """
 
 import argparse
@@ -76,13 +80,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--keep", action="store_true", help="keep the generated draft and outputs")
+    parser.add_argument("--draft", type=Path, help="a draft written by an earlier --keep run, used instead of a new one")
     args = parser.parse_args()
     (ROOT / "build").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fix-speed-", dir=ROOT / "build"))
     try:
-        src = work / "src"
-        print(f"generating a Llama-3.1-8B-shaped speculators draft in {src} ...", flush=True)
-        write_draft(src, LLAMA_8B, layout="speculators")
+        src = args.draft.resolve() if args.draft else work / "src"
+        if not args.draft:
+            print(f"generating a Llama-3.1-8B-shaped speculators draft in {src} ...", flush=True)
+            write_draft(src, LLAMA_8B, layout="speculators")
         size = (src / "model.safetensors").stat().st_size
         print(f"draft: {size / 1e9:.2f} GB, {args.repeat} runs each, alternating\n")
         commands = {
@@ -91,10 +97,15 @@ def main():
             "script": lambda out: [sys.executable, "-c", STORY_SCRIPT, str(src / "model.safetensors"), str(out)],
         }
         compileall.compile_dir(ROOT / "lib" / "draftdoctor", quiet=1)
+        from draftdoctor.diagnose import chosen_loader
+        from draftdoctor.engines import resolve_engine
+
+        print(f"fix verifies with the {chosen_loader(resolve_engine('sglang==0.5.10'), 'auto')} loader (auto)")
         runs = {name: [] for name in commands}
         order = [name for i in range(args.repeat) for name in (("cp", "fix"), ("fix", "cp"))[i % 2]]
         for name in ["cp", "fix"]:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
-            measure(commands[name](fresh_output(work, name)))
+            first = measure(commands[name](fresh_output(work, name)))
+        print(f"first fix (starts the real-loader worker if none runs): {first['wall']:.2f} s\n")
         for name in order + ["script"] * args.repeat:
             runs[name].append(measure(commands[name](fresh_output(work, name))))
         report(runs)

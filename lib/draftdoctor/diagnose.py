@@ -19,7 +19,6 @@ from .replay import replay
 from .engines import resolve_engine
 from .predict import PredictionSpec
 from .realcheck import RealCheckError, real_check
-from .values import scan, value_findings
 
 LOADERS = ("auto", "replay", "real")
 # findings after which a server starts and then fails at the first draft step, or serves a draft
@@ -30,10 +29,14 @@ VALUE_CODES = ("weights-at-init", "nan-weights")
 
 
 def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_config: dict | None = None,
-             prediction: PredictionSpec | None = None) -> CoverageReport:
+             prediction: PredictionSpec | None = None, values: list | None = None) -> CoverageReport:
     """The coverage report of `engine` (an Engine, or a spec) loading the open `checkpoint`, plus the
     checks beyond names (draftdoctor.checks), against the target's config when one is given, plus the
-    predicted acceptance when `prediction` says with which target and prompts."""
+    predicted acceptance when `prediction` says with which target and prompts. `values`: the value
+    scan's hits (`values.scan`) when they are known already (`fix`'s verification: the plan's, of the
+    same names over bytes compared equal); otherwise the values are scanned."""
+    from .values import scan, value_findings  # here: numpy's import (60-90 ms) waits until values are read
+
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
     engine = resolve_engine(engine)
@@ -53,7 +56,9 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
         report = replay(checkpoint, engine)
     report.findings += [unread] if unread is not None else []
     report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
-    report.findings += value_findings(scan(checkpoint, dims.vocab_size, dims.draft_vocab_size), report)
+    if values is None:
+        values = scan(checkpoint, dims.vocab_size, dims.draft_vocab_size)
+    report.findings += value_findings(values, report)
     if prediction is not None:
         _predict(report, prediction, checkpoint)
     return report

@@ -40,7 +40,6 @@ from .checks import OPTION_CODES, TENSOR_OPTIONS, WITHOUT, option_keys, read_tar
 from .coverage import CoverageReport, draft_dims
 from .replay import unmodelled_class
 from .provenance import recognise
-from .diagnose import diagnose, prediction_spec
 from .predict import PredictionSpec
 from .engines import Engine, parameters, resolve_engine
 from .layouts import Layout, detect_layout
@@ -121,14 +120,24 @@ class FixPlan:
     tensors: list[TensorMove]
     config: ConfigRewrite
     files: list[FileCopy]
-    predicted: CoverageReport = field(repr=False)  # `check`'s report on the result
-    findings: list[F.Finding]
+    predicted: CoverageReport | None = field(repr=False)  # `check`'s report on the result (None until judged)
+    findings: list[F.Finding] | None  # its findings and the plan's own (None until judged)
     target_config: dict | None = field(repr=False, default=None)  # the target's config (fix --target)
     # which loader verifies the written draft (diagnose.LOADERS); the plan itself is always replayed:
     # a renamed checkpoint that exists only as headers is nothing an engine's own loader can read
     loader: str = "replay"
     # what the prediction of acceptance runs (a target with weights), for the plan and the verification alike
     prediction: PredictionSpec | None = field(repr=False, default=None)
+    # how `predicted` and `findings` are worked out, until they are (`judge`); the value scan's hits on the way
+    judging: object = field(repr=False, default=None)
+    value_hits: list | None = field(repr=False, default=None)
+
+    def judge(self) -> "FixPlan":
+        """Work out `predicted` and `findings` (`check` on the result) if `plan_fix(judge=False)` left them."""
+        if self.judging is not None:
+            self.predicted, self.findings, self.value_hits = self.judging()
+            self.judging = None
+        return self
 
     @property
     def renamed(self) -> list[TensorMove]:
@@ -240,15 +249,21 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
 
 
 def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target: bool = False,
-             predict: bool | PredictionSpec = True) -> FixPlan:
+             predict: bool | PredictionSpec = True, judge: bool = True) -> FixPlan:
     """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
     'sglang==0.5.10'), from headers alone; `target` (folder or config.json): the target it serves with,
     for the checks that need it, and with weights, for the prediction of acceptance (`predict` as for
     `diagnose.check`). `head_from_target`: the config remedy for a draft without lm_head
-    (`head_from_target_change`), applied only where it is safe, else FixError."""
+    (`head_from_target_change`), applied only where it is safe, else FixError. `judge=False` leaves
+    `check` on the result (`predicted`, `findings`: the value scan, a prediction) to `FixPlan.judge`,
+    which `apply_fix` then runs while the copy is written."""
     engine = resolve_engine(engine)
     target_config = read_target_config(target) if target is not None else None
-    prediction = predict if isinstance(predict, PredictionSpec) else prediction_spec(target) if predict else None
+    if predict and not isinstance(predict, PredictionSpec):
+        from .diagnose import prediction_spec
+
+        predict = prediction_spec(target)
+    prediction = predict or None
     ckpt = open_checkpoint(src)
     provenance = recognise(ckpt.keys(), ckpt.config if isinstance(ckpt.config, dict) else None)
     draft_class = provenance.draft_class
@@ -285,20 +300,31 @@ def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target:
     moves = [TensorMove(t.name, renaming.names[t.name], t.file.name, t.dtype, t.shape, t.nbytes,
                         renaming.reasons[t.name])
              for s in ckpt.shards for t in sorted(s.tensors, key=lambda t: t.begin)]
-    predicted = diagnose(_renamed_checkpoint(ckpt, renaming.names, rewrite.config), engine,
-                         target_config=target_config, prediction=prediction)
-    if unmodelled is not None:  # the rewritten config names a modelled class: the rest is guesswork
-        predicted.findings.insert(0, unmodelled)
-    if engine.class_row(draft_class) is None:
-        predicted.findings.insert(0, F.finding("class-unregistered", (
-            f"{ckpt.folder} is a draft of the {provenance.architecture} kind ({provenance.evidence[0]}); {engine} "
-            f"registers no such draft class, so no rewrite makes it load as trained: {_releases_with(draft_class)}")))
-    found = list(predicted.findings)
-    found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
-    found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
-    found += _collisions(moves)
-    return FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
-                   rewrite, _other_files(ckpt), predicted, found, target_config, loader, prediction)
+
+    def judging():  # imports here: numpy, the real loaders' client and the like load while the copy runs
+        from .diagnose import diagnose
+        from .values import scan
+
+        renamed = _renamed_checkpoint(ckpt, renaming.names, rewrite.config)
+        dims = draft_dims(renamed)
+        hits = scan(renamed, dims.vocab_size, dims.draft_vocab_size)
+        predicted = diagnose(renamed, engine, target_config=target_config, prediction=prediction, values=hits)
+        if unmodelled is not None:  # the rewritten config names a modelled class: the rest is guesswork
+            predicted.findings.insert(0, unmodelled)
+        if engine.class_row(draft_class) is None:
+            predicted.findings.insert(0, F.finding("class-unregistered", (
+                f"{ckpt.folder} is a draft of the {provenance.architecture} kind ({provenance.evidence[0]}); "
+                f"{engine} registers no such draft class, so no rewrite makes it load as trained: "
+                f"{_releases_with(draft_class)}")))
+        found = list(predicted.findings)
+        found += [F.finding("lossy-config", f"{ckpt.config_path}: {m}") for m in rewrite.lossy]
+        found += [F.finding("config-defaulted", f"{ckpt.config_path}: {m}") for m in rewrite.defaulted]
+        found += _collisions(moves)
+        return predicted, found, hits
+
+    plan = FixPlan(ckpt.path, engine, ckpt, layout, renaming.mapper.description, moves,
+                   rewrite, _other_files(ckpt), None, None, target_config, loader, prediction, judging)
+    return plan.judge() if judge else plan
 
 
 def head_from_target_change(ckpt: Checkpoint, config: dict, profile, target_config: dict | None) -> ConfigChange:
@@ -512,23 +538,41 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
     `progress(nbytes)` is called as tensor bytes are copied. Raises FixError before writing
     anything if the plan is blocked (or lossy without `allow_lossy`) or DST is unsafe; a result
     whose verification failed has `written` False and leaves DST as it was (absent, or the old
-    folder under `force`).
+    folder under `force`). A plan not judged yet (`plan_fix(judge=False)`) is judged while its
+    shards are written in a thread of their own, in the hidden folder beside DST: refused, the
+    copy stops and that folder is removed, so nothing is written either.
     """
     dst = Path(dst)
-    refused = plan.refusal(allow_lossy)
-    if refused:
-        raise refused
-    check_destination(plan, dst, force)
+    if plan.judging is None:
+        refused = plan.refusal(allow_lossy)
+        if refused:
+            raise refused
+    try:
+        check_destination(plan, dst, force)
+        rewriter.sweep_killed_runs(dst)
+        try:
+            tmp = rewriter.new_folder(dst.parent, rewriter.temp_prefix(dst, os.getpid()))
+        except OSError as e:
+            raise FixError(f"{dst.parent}: cannot create a folder there ({e.strerror})") from None
+    except FixError as e:
+        refused = plan.judge().refusal(allow_lossy)  # a refusal is what to say, when there is one
+        raise (refused or e) from None
     start = time.perf_counter()
-    rewriter.sweep_killed_runs(dst)
     try:
-        tmp = rewriter.new_folder(dst.parent, rewriter.temp_prefix(dst, os.getpid()))
-    except OSError as e:
-        raise FixError(f"{dst.parent}: cannot create a folder there ({e.strerror})") from None
-    try:
-        copier = rewriter.Copier()
         names = {m.old: m.new for m in plan.tensors}
-        written = [rewriter.write_shard(shard, names, tmp, copier, progress) for shard in plan.checkpoint.shards]
+        copier = rewriter.Copier()
+
+        def write(stop=None):
+            return [rewriter.write_shard(shard, names, tmp, copier, progress, stop) for shard in plan.checkpoint.shards]
+
+        if plan.judging is None:
+            written = write()
+        else:  # the plan's value scan, replay and prediction take their time beside the copy, not before it
+            with rewriter.Background(write) as writing:
+                refused = plan.judge().refusal(allow_lossy)
+                if refused:
+                    raise refused
+                written = writing.result()
         planned = [tensors for tensors, _ in written]
         mismatched = {name for _, names in written for name in names}
         _write_index(plan, tmp, planned)
@@ -596,7 +640,11 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mis
     problems += [f"{name}: in DST's headers but not planned" for name in sorted(extra)]
     if written.config != plan.config.config:
         problems.append(f"{CONFIG_NAME}: re-read config differs from the planned one")
+    from .diagnose import diagnose
+
+    # the same names, dtypes, shapes and config over bytes compared equal: the plan's value scan is DST's
+    same = not (problems or mismatched)
     coverage = diagnose(written, plan.engine, plan.loader, target_config=plan.target_config,
-                        prediction=plan.prediction)
+                        prediction=plan.prediction, values=plan.value_hits if same else None)
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage,
                         LOSS_CODES if allow_lossy else ())

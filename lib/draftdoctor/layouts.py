@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import repeat
-from operator import itemgetter
 
+from .beginnings import each_beginning
 from .configs import FLAT, SPECULATORS, config_format
 
 SPECULATORS_LAYOUT = "speculators"
@@ -42,8 +42,14 @@ class Layout:
 
 def layer_prefixes(keys) -> tuple[str, ...]:
     """The distinct decoder-layer prefixes among `keys`, in layer order (`midlayer.` first)."""
-    heads = set(map(itemgetter(0), filter(None, map(LAYER_HEAD.match, keys))))  # C loops: 10^5 keys in a target
+    heads = each_beginning(list(keys), _head) - {None}  # once per distinct beginning: 10^5 keys in a target
     return tuple(sorted(heads, key=lambda head: int(LAYER_HEAD.match(head).group(1) or -1)))
+
+
+def _head(key: str) -> str | None:
+    """A key's decoder-layer prefix, if it has one (reads no further than its third dot)."""
+    m = LAYER_HEAD.match(key)
+    return m[0] if m else None
 
 
 def detect_layout(keys, config: dict | None) -> Layout:

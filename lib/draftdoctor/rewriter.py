@@ -30,6 +30,43 @@ class RewriteError(UserError):
     """A source that changed or ended while it was copied."""
 
 
+class Stopped(Exception):
+    """A copy told to stop (`Background`): what it wrote is its caller's to remove."""
+
+
+class Background:
+    """`work(stop)` run in a thread of its own while this thread does something else (`fix` judges its
+    plan while the shards are copied). `result()` waits for what it returns, or raises what it raised;
+    leaving the with-block before that (an exception, Ctrl-C) sets `stop`, which the copy reads at
+    each chunk, and waits for the thread: nothing is still writing once the block is left."""
+
+    def __init__(self, work):
+        self.stop = threading.Event()
+        self._outcome: list = []
+        self._thread = threading.Thread(target=self._run, args=(work,), name="draftdoctor-write", daemon=True)
+
+    def _run(self, work) -> None:
+        try:
+            self._outcome.append((True, work(self.stop)))
+        except BaseException as e:  # raised again in the caller's thread
+            self._outcome.append((False, e))
+
+    def __enter__(self) -> "Background":
+        self._thread.start()
+        return self
+
+    def result(self):
+        self._thread.join()
+        ok, value = self._outcome[0]
+        if not ok:
+            raise value
+        return value
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self._thread.join()
+
+
 @dataclass(frozen=True)
 class WrittenTensor:
     """A tensor as written: its name and range in DST and the range it came from in SRC."""
@@ -45,10 +82,10 @@ class WrittenTensor:
 
 
 def write_shard(shard: ShardHeader, names: dict[str, str | None], folder: Path, copier,
-                progress) -> tuple[list[WrittenTensor], set[str]]:
+                progress, stop: threading.Event | None = None) -> tuple[list[WrittenTensor], set[str]]:
     """Write one shard under `folder` (same file name) with its tensors renamed by `names` (None:
-    left out): the new header, then the data, copied and compared with SRC chunk by chunk. Returns
-    the tensors as written and those whose bytes differ."""
+    left out): the new header, then the data, copied and compared with SRC chunk by chunk (until
+    `stop` is set: then Stopped). Returns the tensors as written and those whose bytes differ."""
     kept = [t for t in sorted(shard.tensors, key=lambda t: t.begin) if names[t.name] is not None]
     head = encode_header([(names[t.name], t.dtype, t.shape, t.nbytes) for t in kept], shard.metadata,
                          page_offset_of=kept[0].begin if kept else 8)
@@ -60,7 +97,7 @@ def write_shard(shard: ShardHeader, names: dict[str, str | None], folder: Path, 
     with open(shard.path, "rb") as src, open(out_path, "x+b") as out:
         out.write(head)
         out.flush()
-        bad = _copy_and_compare(src.fileno(), out.fileno(), _runs(planned), copier, shard.path, progress)
+        bad = _copy_and_compare(src.fileno(), out.fileno(), _runs(planned), copier, shard.path, progress, stop)
     mismatched = {p.name for p in planned for lo, hi in bad if lo < p.dst_begin + p.nbytes and p.dst_begin < hi}
     return planned, mismatched
 
@@ -116,7 +153,8 @@ class Copier:
         return n
 
 
-def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress) -> list[tuple[int, int]]:
+def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress,
+                      stop: threading.Event | None = None) -> list[tuple[int, int]]:
     """Copy the runs chunk by chunk in this thread while another thread reads each copied chunk back
     from SRC and DST and compares them, at most VERIFY_LAG chunks behind. Returns the DST ranges
     whose bytes differ.
@@ -150,6 +188,8 @@ def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress
             for start in range(0, length, CHUNK):
                 if state["error"] is not None:
                     raise state["error"]
+                if stop is not None and stop.is_set():
+                    raise Stopped()
                 n = min(CHUNK, length - start)
                 copier.copy(src_fd, dst_fd, src_off + start, dst_off + start, n, src_path)
                 copied.put((src_off + start, dst_off + start, n))

@@ -18,7 +18,7 @@ from . import auxids
 from .checkpoint import INDEX_NAME, encode_header
 
 NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BOOL": np.bool_, "I32": np.int32}
-DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "BOOL": 1, "I32": 4}
+DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "BOOL": 1, "I32": 4, "F8_E4M3": 1}
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,12 @@ functions wrap the same data in DataFrames for notebooks (`frames.frame`: shown 
 
 from __future__ import annotations
 
+import json
 import re
 from itertools import chain, groupby, repeat
-from operator import itemgetter, sub
+from operator import itemgetter
 
+from .beginnings import per_beginning
 from .checkpoint import Checkpoint, gc_paused
 from .frames import frame
 
@@ -31,24 +33,46 @@ def tensor_columns(checkpoint: Checkpoint) -> dict[str, list]:
 
 
 def _tensor_columns(checkpoint: Checkpoint) -> dict[str, list]:
-    infos = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
-    files = list(chain.from_iterable(repeat(shard.path.name, len(shard.tensors)) for shard in checkpoint.shards))
-    names, dtypes, shapes, _, begins, ends = map(list, zip(*infos)) if infos else ([],) * 6
-    modules = list(map(itemgetter(0), map(MODULE_PREFIX.match, names)))
-    columns = {"module": modules, "name": names, "dtype": dtypes, "shape": shapes,
-               "bytes": list(map(sub, ends, begins)), "file": files}
+    tables = [shard.table() for shard in checkpoint.shards]
+    names, dtypes, shapes, sizes = (list(chain.from_iterable(t[i] for t in tables)) for i in range(4))
+    files = list(chain.from_iterable(repeat(shard.path.name, len(t[0])) for shard, t in zip(checkpoint.shards, tables)))
+    modules = per_beginning(names, _module)  # once per distinct beginning: 10^5 names, a few hundred modules
+    columns = {"module": modules, "name": names, "dtype": dtypes, "shape": shapes, "bytes": sizes, "file": files}
     rank = {module: i for i, module in enumerate(dict.fromkeys(modules))}
-    ranks = list(map(rank.__getitem__, modules))
-    if ranks != sorted(ranks):  # a module's tensors are not stored together: group them, keeping their order
+    if len(rank) > 1 and len(rank) != sum(1 for _ in groupby(modules)):  # a module's tensors not stored together:
+        ranks = list(map(rank.__getitem__, modules))  # group them, keeping their order
         order = sorted(range(len(ranks)), key=ranks.__getitem__)
         columns = {key: list(map(values.__getitem__, order)) for key, values in columns.items()}
     return columns
 
 
+def _module(name: str) -> str:
+    """A name's module (reads no further than its third dot)."""
+    return MODULE_PREFIX.match(name)[0]
+
+
 def shape_texts(shapes: list[tuple[int, ...]]) -> list[str]:
-    """'2048x7168' for each shape, '' for a scalar (each distinct shape formatted once)."""
-    text = {shape: "x".join(map(str, shape)) for shape in dict.fromkeys(shapes)}
-    return list(map(text.__getitem__, shapes))
+    """'2048x7168' for each shape, '' for a scalar. 10^5 shapes are written as one JSON list (in C), whose
+    separators become the x's and the breaks between shapes; shapes that are not all integers, each
+    distinct one once."""
+    if not shapes:
+        return []
+    try:
+        text = _dumps(shapes)
+    except (TypeError, ValueError):  # not JSON values (numpy's integers)
+        text = b""
+    if text.translate(None, b"0123456789,") == b"[" + b"[]" * len(shapes) + b"]":  # lists of non-negative ints
+        return text[2:-2].decode().replace(",", "x").split("]x[")
+    texts = {shape: "x".join(map(str, shape)) for shape in dict.fromkeys(shapes)}
+    return list(map(texts.__getitem__, shapes))
+
+
+def _dumps(value) -> bytes:
+    try:
+        import orjson
+    except ImportError:  # a real-loader child sees its release's packages only
+        return json.dumps(value, separators=(",", ":")).encode()
+    return orjson.dumps(value)
 
 
 def tensor_frame(checkpoint: Checkpoint):
