@@ -8,6 +8,7 @@ from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.diagnose import check
 from draftdoctor.engines import EngineSpecError, resolve_engine
 from draftdoctor.layouts import detect_layout
+from draftdoctor.statuses import ParamFate
 from draftdoctor.synth import LLAMA_8B, DraftShape, write_draft
 
 DECODER = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "input_layernorm", "post_attention_layernorm",
@@ -188,6 +189,9 @@ def test_shape_mismatch(draft):
     report = check(draft("midlayer", extra=bad), "sglang==0.5.10")
     assert "shape-mismatch" in codes(report)
     assert "Attempted to load weight" in report.verdict
+    # a parameter's status is a parameter's word (the same string as the key's, in JSON)
+    assert all(type(p.status) is ParamFate for p in report.params)
+    assert [p.name for p in report.params if p.status == ParamFate.MISMATCH] == ["model.fc.weight"]
 
 
 def test_missing_lm_head_and_fc_bias(draft):

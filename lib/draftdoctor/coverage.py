@@ -24,7 +24,7 @@ from .statuses import KeyFate, ParamFate
 PAIR_REASON = "concatenated with its partner"
 # the statuses by their short names, in the order statuses.py defines them
 LOADED, DERIVED, IGNORED, DROPPED, TRAINING_ONLY, MISMATCH, NOT_REACHED, CRASHED = KeyFate
-WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET, IDENTITY = ParamFate
+WRITTEN, PARTIAL, UNINITIALIZED, FROM_TARGET, IDENTITY, PARAM_MISMATCH = ParamFate
 
 
 @dataclass

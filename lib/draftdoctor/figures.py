@@ -6,11 +6,11 @@ is used directly so that no GUI backend is ever needed.
 
 from __future__ import annotations
 
-from .statuses import KeyFate, ParamFate
+from .statuses import ParamFate
 
 STATUS_COLORS = {
     ParamFate.WRITTEN: "#2a9d8f", ParamFate.FROM_TARGET: "#8ab17d", ParamFate.IDENTITY: "#a8dadc",
-    ParamFate.PARTIAL: "#e9c46a", ParamFate.UNINITIALIZED: "#e76f51", KeyFate.MISMATCH: "#9b2226",
+    ParamFate.PARTIAL: "#e9c46a", ParamFate.UNINITIALIZED: "#e76f51", ParamFate.MISMATCH: "#9b2226",
 }
 
 

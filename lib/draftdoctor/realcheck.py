@@ -22,7 +22,7 @@ from pathlib import Path
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
 from .configs import FLAT, SPECULATORS, config_format, rewrite_config
-from .coverage import (CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
+from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        PAIR_REASON, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
 from .engines import parameters, resolve_engine
@@ -185,7 +185,7 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
             shards_missing=sorted(expected - set(p["shards_written"] or [])))
         shape_error = error and is_shape_error(error)
         if shape_error and any(not w["ok"] for w in p["writes"]):
-            status.status = MISMATCH
+            status.status = PARAM_MISMATCH
         if spec:
             settle_unwritten(status, profile, dims, spec, checkpoint.tensors)
         if "from_target" in raw and not error:  # the engine's own word on what its proposer takes from the target

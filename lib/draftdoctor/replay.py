@@ -17,7 +17,7 @@ from .checkpoint import Checkpoint
 from .configs import FLAT, MISSING, SPECULATORS, DraftDims, config_format
 from .engines import CRASH, WARN, ParamSpec, Profile, parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
-from .coverage import (PAIR_REASON, CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
+from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
 
@@ -276,7 +276,7 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
                 findings.append(resized_finding(profile, key, t.shape, target, expected))
             elif tuple(t.shape) != tuple(expected):
                 ks.status, ks.reason = MISMATCH, f"shape {list(t.shape)} does not fit {target} {list(expected)}"
-                params[target].status = MISMATCH
+                params[target].status = PARAM_MISMATCH
                 findings.append(F.finding(
                     "shape-mismatch",
                     f"{key} {list(t.shape)} cannot load into {target}"
@@ -353,7 +353,7 @@ def _settle_pair(profile: Profile, ks: KeyStatus, name: str, held: dict, specs: 
     if shapes[0][0] + shapes[1][0] != want[0] or shapes[0][1:] != want[1:]:
         got = [shapes[0][0] + shapes[1][0], *shapes[0][1:]]
         ks.status, ks.param, ks.reason = MISMATCH, fused, f"with {other.key}, shape {got} does not fit {fused} {list(want)}"
-        params[fused].status = MISMATCH
+        params[fused].status = PARAM_MISMATCH
         findings.append(F.finding("shape-mismatch", (
             f"{pair[0].key} {list(shapes[0])} and {pair[1].key} {list(shapes[1])}, concatenated, cannot load into "
             f"{fused} {list(want)}")))

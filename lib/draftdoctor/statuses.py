@@ -30,3 +30,4 @@ class ParamFate(StrEnum):
     UNINITIALIZED = "uninitialized"  # never written: its initial (random) values stay
     FROM_TARGET = "from-target"  # unwritten, and the engine swaps in the target's tensor at serve time
     IDENTITY = "identity"  # unwritten, and its initial value is already right (a zeros vocab map)
+    MISMATCH = "shape-mismatch"  # a key of another shape was aimed at it: the load raises (KeyFate's word)
