@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from draftdoctor import diagnose
-from draftdoctor.realload import LOADERS, installed_releases, run_real_loader, stop_worker
+from draftdoctor.realload import REAL_LOADERS, installed_releases, run_real_loader, stop_worker
 from draftdoctor.synth import write_draft
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,14 +32,14 @@ def timed(fn) -> float:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--engine", choices=list(LOADERS), action="append")
+    ap.add_argument("--engine", choices=list(REAL_LOADERS), action="append")
     args = ap.parse_args()
     if not (FOLDER / "model.safetensors").exists():
         write_draft(FOLDER, layout="speculators", config="flat")
     print(f"draft: {FOLDER}; medians of {args.runs} runs; seconds")
     print(f"{'engine':<7} {'release':<12} {'cold':>7} {'first':>7} {'warm':>7} {'replay':>7} {'cold/warm':>10}")
-    for engine in args.engine or list(LOADERS):
-        for release in [r for r in LOADERS[engine].ci_releases if r in installed_releases(engine)]:
+    for engine in args.engine or list(REAL_LOADERS):
+        for release in [r for r in REAL_LOADERS[engine].ci_releases if r in installed_releases(engine)]:
             spec = f"{engine}=={release}"
             os.environ["DRAFTDOCTOR_REALLOAD_WORKER"] = "0"
             cold = [timed(lambda: run_real_loader(FOLDER, release, engine=engine)) for _ in range(args.runs)]

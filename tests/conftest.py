@@ -51,10 +51,10 @@ def releases_under_test(engine: str = "sglang") -> list[str]:
     profile row); with DRAFTDOCTOR_TEST_RELEASES=installed also every other installed here (the release
     sweep, `make sglang-loaders RELEASES=all`, covers them all faster)."""
     from draftdoctor.engines import parse_version
-    from draftdoctor.realload import LOADERS, installed_releases
+    from draftdoctor.realload import REAL_LOADERS, installed_releases
 
     extra = installed_releases(engine) if os.environ.get("DRAFTDOCTOR_TEST_RELEASES") == "installed" else []
-    return sorted(set(LOADERS[engine].ci_releases) | set(extra), key=parse_version)
+    return sorted(set(REAL_LOADERS[engine].ci_releases) | set(extra), key=parse_version)
 
 
 # Every process a test starts carries this (and, under pytest-xdist, its worker's id): what is still

@@ -34,11 +34,11 @@ def test_list_names_every_release_with_a_pin_list_and_whether_it_is_installed(mo
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines()[1:]]
     listed = {(r[0], r[1]): r[2] for r in rows}
-    for name, row in realload.LOADERS.items():
+    for name, row in realload.REAL_LOADERS.items():
         installed = set(realload.installed_releases(name))
         for release in row.releases:
             assert listed[(name, release)] == ("yes" if release in installed else "no")
-    assert len(listed) == sum(len(row.releases) for row in realload.LOADERS.values())
+    assert len(listed) == sum(len(row.releases) for row in realload.REAL_LOADERS.values())
 
 
 @pytest.mark.parametrize("spec, said", [
@@ -236,7 +236,7 @@ def test_a_release_without_a_cpu_build_is_its_wheel_laid_over_the_base_install(m
 
     real_run = installing._run
     monkeypatch.setattr(installing, "_run", run)
-    assert realload.LOADERS["vllm"].releases == ("0.32.0", "0.34.0")
+    assert realload.REAL_LOADERS["vllm"].releases == ("0.32.0", "0.34.0")
     folder, fresh = installing.install("vllm", "0.34.0", link=False)
     base = releases / "0.32.0"
     assert (folder, fresh) == (releases / "0.34.0", True) and checked == [str(base), str(folder)]
@@ -275,7 +275,7 @@ def test_the_overlays_are_listed_installed_by_make_and_on_the_base_make_names():
     done = cli("list")
     listed = {tuple(line.split()[:2]) for line in done.stdout.splitlines()[1:]}
     assert {("vllm", "0.33.0"), ("vllm", "0.34.0")} <= listed
-    loaders = realload.LOADERS["vllm"]
+    loaders = realload.REAL_LOADERS["vllm"]
     assert loaders.overlay("0.34.0") and loaders.overlay("0.33.0") and loaders.overlay("0.32.0") is None
     text = (ROOT / "mk" / "vllm.mk").read_text()
     assert f"VLLM_OVERLAY_BASE := {loaders.overlay_base}\n" in text and "vllm-overlay-%.txt" in text

@@ -18,7 +18,7 @@ from safetensors.numpy import save_file
 
 from draftdoctor import realload
 from draftdoctor.realload import (
-    LOADERS,
+    REAL_LOADERS,
     RealLoaderCrashed,
     RealLoaderTimeout,
     ReleaseNotInstalled,
@@ -336,12 +336,12 @@ def test_each_release_has_pins_and_an_adapter_and_ci_covers_every_profile_range(
     from draftdoctor.realload.adapters.releases import RANGES
 
     here = Path(realload.__file__).parent
-    releases, ci = LOADERS["sglang"].releases, LOADERS["sglang"].ci_releases
-    assert set(ci) <= set(releases) and set(LOADERS["vllm"].ci_releases) <= set(LOADERS["vllm"].releases)
-    for engine in LOADERS:  # CI runs at least one release of every profile row (every class) of every engine
+    releases, ci = REAL_LOADERS["sglang"].releases, REAL_LOADERS["sglang"].ci_releases
+    assert set(ci) <= set(releases) and set(REAL_LOADERS["vllm"].ci_releases) <= set(REAL_LOADERS["vllm"].releases)
+    for engine in REAL_LOADERS:  # CI runs at least one release of every profile row (every class) of every engine
         for row in all_profiles():
             if row.engine == engine:
-                assert any(row.contains(r) for r in LOADERS[engine].ci_releases), (row.spec, row.draft_class)
+                assert any(row.contains(r) for r in REAL_LOADERS[engine].ci_releases), (row.spec, row.draft_class)
     for release in releases:
         rows = [row for row in RANGES if parse_version(row[0]) <= parse_version(release) <= parse_version(row[1])]
         assert len(rows) == 1 and adapters.get(release).release == release, (release, rows)

@@ -708,7 +708,7 @@ class RequestProgress:
 def cmd_demo(args, out) -> int:
     """The bundled demo's investigation (what `make demo` runs), from any folder: its data is package data."""
     from .investigate import load_params
-    from .realload import LOADERS, installed_releases
+    from .realload import REAL_LOADERS, installed_releases
     from .toolstate import DEMO
 
     out.write(f"demo data (read only): {DEMO}\n")
@@ -717,7 +717,7 @@ def cmd_demo(args, out) -> int:
     if params.get("loader") == "real" and params["release"] not in installed_releases(params["engine"]):
         # the demo's drafts as the release's own loader leaves them: without it here, as the kit's replay of it
         spec = f"{params['engine']}=={params['release']}"
-        out.write(f"note: {spec}'s own loader is not installed here ({LOADERS[params['engine']].install_hint(params['release'])} "
+        out.write(f"note: {spec}'s own loader is not installed here ({REAL_LOADERS[params['engine']].install_hint(params['release'])} "
                   "installs it, about a minute): the drafts are loaded as the kit's replay of it says\n")
         args.params_override = {"loader": "replay"}
     return cmd_investigate(args, out)
@@ -725,11 +725,11 @@ def cmd_demo(args, out) -> int:
 
 def cmd_loaders(args, out) -> int:
     """`loaders list`: every release with a real loader, installed or not; `loaders install E==R ...`."""
-    from .realload import LOADERS, installed_releases
+    from .realload import REAL_LOADERS, installed_releases
 
     if args.action == "list":
         rows = []
-        for name, row in LOADERS.items():
+        for name, row in REAL_LOADERS.items():
             installed, ci = set(installed_releases(name)), set(row.ci_releases)
             rows += [(name, release, "yes" if release in installed else "no", "yes" if release in ci else "",
                       row.folder(release)) for release in row.releases]

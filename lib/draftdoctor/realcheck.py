@@ -28,7 +28,7 @@ from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, I
 from .engines import parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
-from .realload import LOADERS
+from .realload import REAL_LOADERS
 from .resources import BUDGET_VARIABLE, build_bytes, dtype_bytes, human, memory_budget
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
@@ -56,13 +56,13 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release
-    if release not in LOADERS[engine.name].releases:
+    if release not in REAL_LOADERS[engine.name].releases:
         have = "; ".join(f"{name} {', '.join(row.releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
-                         f"{row.install_hint()})" for name, row in LOADERS.items())
+                         f"{row.install_hint()})" for name, row in REAL_LOADERS.items())
         raise RealCheckError(f"{engine.spec} has no real loader in this kit; real loaders: {have}; "
                              "use `--loader replay`, or `auto` (the default), which replays where no real loader is installed")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
-    budget, row = memory_budget(), LOADERS[engine.name]
+    budget, row = memory_budget(), REAL_LOADERS[engine.name]
     claimed = {c.folder: claimed_bytes(c, engine, target_config) for c in checkpoints}
     over = [folder for folder, size in claimed.items() if size > budget]
     if over and not row.builds_on_meta:
@@ -122,7 +122,7 @@ def claimed_bytes(checkpoint: Checkpoint, engine, target_config: dict | None = N
         total += positions * dims.head_dim * 4
     vocabulary = (target_config or {}).get("vocab_size")
     vocabulary = vocabulary if isinstance(vocabulary, int) and vocabulary > 0 else dims.vocab_size
-    return total + vocabulary * LOADERS[engine.name].bytes_per_vocabulary_entry
+    return total + vocabulary * REAL_LOADERS[engine.name].bytes_per_vocabulary_entry
 
 
 def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
@@ -140,7 +140,7 @@ def _with_converted_config(checkpoint, profile, scratch: Path) -> Path:
 
 
 def _display(engine) -> str:
-    return LOADERS[engine.name].display
+    return REAL_LOADERS[engine.name].display
 
 
 def is_shape_error(error: dict) -> bool:
@@ -250,7 +250,7 @@ def overlay_detail(raw: dict) -> str:
     laid = raw.get("overlay")
     if not laid:
         return ""
-    name = LOADERS[raw["engine"]].display
+    name = REAL_LOADERS[raw["engine"]].display
     return (f"{name} {laid['release']}'s own Python ({laid['wheel']}) on {raw['engine']}-cpu {laid['base']}'s compiled "
             f"kernels (no CPU build of {laid['release']} exists); stood in: {'; '.join(raw.get('stand_ins') or []) or 'nothing'}")
 

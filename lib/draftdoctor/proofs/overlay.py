@@ -42,10 +42,10 @@ def proof_folder(engine: str) -> Path:
 def _installed_in(engine: str, root: Path):
     """Real loaders of `engine` taken from `root` (its `env_override`), each check in a fresh child whose
     string hashes are seeded alike (vLLM's messages print sets: in one order for both loaders)."""
-    from ..realload import LOADERS, WORKER_SWITCH
+    from ..realload import REAL_LOADERS, WORKER_SWITCH
 
-    saved = {name: os.environ.get(name) for name in (LOADERS[engine].env_override, WORKER_SWITCH, "PYTHONHASHSEED")}
-    os.environ[LOADERS[engine].env_override], os.environ[WORKER_SWITCH] = str(root), "0"
+    saved = {name: os.environ.get(name) for name in (REAL_LOADERS[engine].env_override, WORKER_SWITCH, "PYTHONHASHSEED")}
+    os.environ[REAL_LOADERS[engine].env_override], os.environ[WORKER_SWITCH] = str(root), "0"
     os.environ["PYTHONHASHSEED"] = "0"
     try:
         yield
@@ -73,7 +73,7 @@ def run(engine: str, release: str, cases: dict[str, Path], folder: Path | None =
     from ..checkpoint import open_checkpoint
     from ..engines import resolve_engine
     from ..realcheck import claimed_bytes, from_real
-    from ..realload import LOADERS, release_env, releases_dir, run_real_loaders
+    from ..realload import REAL_LOADERS, release_env, releases_dir, run_real_loaders
     from ..resources import memory_budget
     from .sweep import letters
 
@@ -90,7 +90,7 @@ def run(engine: str, release: str, cases: dict[str, Path], folder: Path | None =
     with _installed_in(engine, folder or proof_folder(engine)):
         overlays = reports()
     if overlays and not overlays[0].get("overlay"):
-        raise RuntimeError(f"{LOADERS[engine].display} {release} under {folder or proof_folder(engine)} is no overlay")
+        raise RuntimeError(f"{REAL_LOADERS[engine].display} {release} under {folder or proof_folder(engine)} is no overlay")
     rows = []
     for (name, path), native, overlay in zip(cases.items(), natives, overlays):
         checkpoint = open_checkpoint(path)

@@ -146,7 +146,7 @@ class RealLoaders:
                      if e == self.name)
 
 
-LOADERS = {
+REAL_LOADERS = {
     "sglang": RealLoaders("sglang", "SGLang", "requirements-", "draftdoctor.realload.child", "make sglang-loaders",
                           "DRAFTDOCTOR_SGLANG_DIR",
                           forbidden_pins=r"^(torch|triton|nvidia|sgl[-_]kernel|sglang[-_]kernel|cuda)"),
@@ -189,24 +189,24 @@ class RealLoaderCrashed(RealLoaderError):
 
 def releases(engine: str = "sglang") -> tuple[str, ...]:
     """Every release of `engine` the kit's child can run (one pin list each)."""
-    return LOADERS[engine].releases
+    return REAL_LOADERS[engine].releases
 
 
 def releases_dir(engine: str = "sglang"):
     """Folder holding one sub-folder per installed release of `engine` (override with
     $DRAFTDOCTOR_SGLANG_DIR / $DRAFTDOCTOR_VLLM_DIR)."""
-    override = os.environ.get(LOADERS[engine].env_override)
+    override = os.environ.get(REAL_LOADERS[engine].env_override)
     return Path(override) if override else BUILD / engine
 
 
 def installed_releases(engine: str = "sglang") -> list[str]:
     """The releases of `engine` whose real loader is installed."""
-    return [r for r in releases(engine) if (LOADERS[engine].folder(r) / READY_MARKER).exists()]
+    return [r for r in releases(engine) if (REAL_LOADERS[engine].folder(r) / READY_MARKER).exists()]
 
 
 def release_env(release, engine: str = "sglang"):
     """The installed folder of `release`; raises ReleaseNotInstalled if it is missing or incomplete."""
-    loaders = LOADERS[engine]
+    loaders = REAL_LOADERS[engine]
     if release not in loaders.releases:
         raise ValueError(f"{engine} {release} has no real loader; supported: {', '.join(loaders.releases)}")
     folder = loaders.folder(release)
@@ -231,7 +231,7 @@ def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
     draftdoctor, not whichever one the venv's editable install names). A pinned release sees nothing
     else of the venv but torch and torch's requirements (`python -S` and `torchview`); a build
     (llama.cpp's converter) runs with the venv."""
-    loaders = LOADERS[engine]
+    loaders = REAL_LOADERS[engine]
     path = [str(folder or release_env(release, engine)), str(kit_path())]
     python = [sys.executable]
     if loaders.pin_prefix is not None:
@@ -266,7 +266,7 @@ def kit_path() -> Path:
 
 def _broken(engine, release, tail) -> "RealLoaderCrashed":
     return RealLoaderCrashed(f"{engine} {release} environment or adapter is broken (reinstall with "
-                             f"{LOADERS[engine].install_hint(release)}; if it persists the adapter needs updating):\n{tail}")
+                             f"{REAL_LOADERS[engine].install_hint(release)}; if it persists the adapter needs updating):\n{tail}")
 
 
 def scratch_folder(kind: str = "cold") -> Path:
@@ -565,7 +565,7 @@ def stop_workers() -> None:
     """Stop every warm worker of this checkout's worker state (`worker_state()`; e.g. at the end of a
     test session, which has its own)."""
     state = worker_state()
-    for folder in {_worker_folder(e, r, state)[0] for e in LOADERS for r in installed_releases(e)}:
+    for folder in {_worker_folder(e, r, state)[0] for e in REAL_LOADERS for r in installed_releases(e)}:
         with contextlib.suppress(WorkerPlaceUnsafe):
             for pid_file in _private(folder).glob("*.pid"):
                 _kill(pid_file)

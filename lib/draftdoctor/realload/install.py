@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..toolstate import BUILD, trusted
-from . import HERE, LOADERS, OVERLAY_RECORD, READY_MARKER
+from . import HERE, REAL_LOADERS, OVERLAY_RECORD, READY_MARKER
 
 STORE = BUILD / "release-store"  # mk/sglang.mk's RELEASE_STORE
 LINKED_MARKER = ".linked"
@@ -51,9 +51,9 @@ class InstallFailed(RuntimeError):
 def pin_list(engine: str, release: str) -> Path:
     """The pin list `engine` `release` is installed from, checked: a known release with pins, none of them
     forbidden; for a release without a CPU build, its base release's (and its overlay file is checked)."""
-    loaders = LOADERS.get(engine)
+    loaders = REAL_LOADERS.get(engine)
     if loaders is None or loaders.pin_prefix is None:
-        known = ", ".join(name for name, row in LOADERS.items() if row.pin_prefix)
+        known = ", ".join(name for name, row in REAL_LOADERS.items() if row.pin_prefix)
         raise UserError(f"{engine}: no pinned real loaders to install (those are {known}"
                         + (f"; {loaders.display} is built: {loaders.install_hint()})" if loaders else ")"))
     if release not in loaders.releases:
@@ -87,7 +87,7 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
     `waiting()` is called once if another install holds it. Anything else in the folder is replaced.
     `overlay`: a wheel (`vllm==0.32.0`) to lay over the pinned install, in place of the release's overlay
     file (the overlay's proof lays a CPU build's own release over it: draftdoctor.proofs.overlay)."""
-    loaders = LOADERS[engine]
+    loaders = REAL_LOADERS[engine]
     pins = pin_list(engine, release)
     if overlay is None and loaders.overlay(release) is not None:
         overlay = overlay_requirement(loaders.overlay(release), release)

@@ -286,11 +286,11 @@ def _http_server(args, handler) -> ThreadingHTTPServer:
 
 def main(argv=None) -> int:
     args, ignored = build_parser().parse_known_args(argv)
-    from ..realload import LOADERS
+    from ..realload import REAL_LOADERS
 
     name = args.engine.split("==")[0]
     log(f"draftdoctor {BACKEND}: emulating {args.engine} with the {args.loader} loader "
-        f"(not {LOADERS[name].display if name in LOADERS else name} itself)")
+        f"(not {REAL_LOADERS[name].display if name in REAL_LOADERS else name} itself)")
     if ignored:
         log(f"ignored by the reference backend (no GPU, one process): {' '.join(ignored)}")
     if args.speculative_num_steps < 1:

@@ -41,11 +41,11 @@ def not_serving(base_url: str) -> str | None:
 
 
 def backend_label(engine=None) -> str:
-    from ..realload import LOADERS
+    from ..realload import REAL_LOADERS
 
     emulated = engine or resolve_engine(DEFAULT_ENGINE)
     return (f"reference backend emulating {emulated.spec} "
-            f"(CPU; not {LOADERS[emulated.name].display if emulated.name in LOADERS else emulated.name} itself)")
+            f"(CPU; not {REAL_LOADERS[emulated.name].display if emulated.name in REAL_LOADERS else emulated.name} itself)")
 
 
 def sent_prompts(target, prompts: list[str]) -> list[str]:

@@ -102,14 +102,14 @@ def launch(config: ServeConfig, engine=None, loader: str | None = None):
 def verdict(config: ServeConfig, engine) -> dict:
     """SGLang's own parser and checks on the command for `config` (see realload.parse_launch); raises
     LaunchUnchecked when `engine`'s release is not installed here."""
-    from ..realload import LOADERS, ReleaseNotInstalled, parse_launch
+    from ..realload import REAL_LOADERS, ReleaseNotInstalled, parse_launch
 
     argv = command(replace(config, port=config.port or DEFAULT_PORT), engine)
     try:
         return parse_launch(engine.release, [argv[argv.index("sglang.launch_server") + 1:]])[0]
     except ReleaseNotInstalled:
         raise LaunchUnchecked(f"SGLang {engine.release}'s parser is not installed here: "
-                              f"{LOADERS['sglang'].install_hint(engine.release)} installs it "
+                              f"{REAL_LOADERS['sglang'].install_hint(engine.release)} installs it "
                               "(on CPU, without serving)") from None
 
 

