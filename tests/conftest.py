@@ -6,10 +6,12 @@ them) goes to build/state, never the home directory, also when pytest is run wit
 
 import functools
 import os
+import re
 import secrets
 import shutil
 import tempfile
 import time
+from itertools import zip_longest
 from pathlib import Path
 
 from draftdoctor.lazy import defer_iri_grammar
@@ -136,6 +138,40 @@ def pytest_collection_modifyitems(items):
                         for defs in info.name2fixturedefs.values() if defs):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
         mark_tier(item)
+    items[:] = by_release(items)
+
+
+# an engine release named in a test's parameters: "0.5.10", "sglang==0.5.10", "vllm-0.32.0", "auto-sglang==0.5.23"
+RELEASE_PARAM = re.compile(r"(?<![\d.])(\d+\.\d+(?:\.\d+)?(?:\.?post\d+|rc\d+)?)(?![\d.])")
+
+
+def by_release(items: list) -> list:
+    """The engine tests parametrized by a release, moved together where the first of them stood and
+    ordered by release (collection order within one), in two interleaved streams of alternate releases:
+    a release's real-loader worker (at most three stay warm, the least recently used goes) then serves
+    every test of that release while the other xdist worker works through another release's, instead
+    of being started again for each test function that walks the releases. Tests held to one xdist
+    worker by a shared fixture stay where they are."""
+    from draftdoctor.engines import parse_version
+
+    def release(item):
+        if "engine" not in item.keywords or item.get_closest_marker("xdist_group") is not None:
+            return None
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        found = [m.group(1) for v in params.values() if isinstance(v, str) for m in [RELEASE_PARAM.search(v)] if m]
+        return found[0] if found else None
+
+    releases = [release(item) for item in items]
+    moved = [i for i, r in enumerate(releases) if r is not None]
+    if not moved:
+        return items
+    order = sorted({releases[i] for i in moved}, key=parse_version)
+    streams = [[items[i] for i in sorted(moved, key=lambda i: (parse_version(releases[i]), i))
+                if order.index(releases[i]) % 2 == s] for s in (0, 1)]
+    block = [item for pair in zip_longest(*streams) for item in pair if item is not None]
+    rest = [item for item, r in zip(items, releases) if r is None]
+    first = sum(1 for r in releases[:moved[0]] if r is None)
+    return rest[:first] + block + rest[first:]
 
 
 # What needs an engine release installed (`make test` installs them) or the browser: the rest is
