@@ -76,6 +76,7 @@ def _broken(engine, release, tail) -> "RealLoaderCrashed":
                              f"{REAL_LOADERS[engine].install_hint(release)}; if it persists the adapter needs updating):\n{tail}")
 
 
+# The state folder the warm workers (pool.py) and the scratch folders below live in: this user's alone, or unused.
 class WorkerPlaceUnsafe(RealLoaderError):
     """A worker's folder or socket that another user could have made or could write in: no worker is
     used there (the check runs cold)."""
