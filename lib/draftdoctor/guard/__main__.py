@@ -45,7 +45,7 @@ _FROM_THE_TERMINAL = 0x80  # SI_KERNEL: a terminal's ^C or hang-up, which its wh
 def environment(base: dict | None = None, reports_folder: str | None = None) -> dict:
     """`base` (this process's environment) with the guard on, its start-up hook first on the path and,
     given, the folder its processes report to."""
-    from ..realload import kit_path
+    from ..realload.childenv import kit_path
 
     env = dict(os.environ if base is None else base)
     path = [str(STARTUP), str(kit_path()), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]

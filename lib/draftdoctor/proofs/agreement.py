@@ -122,7 +122,7 @@ def llamacpp_acceptance(target_dir, draft_dir, prompts: list[list[int]], max_new
 def compare_with_llamacpp(target_dir, draft_dir, prompts: list[list[int]], out_dir, max_new_tokens: int = 48,
                           num_steps: int = 4) -> Agreement:
     """The reference engine emulating llama.cpp (its profile row) against llama.cpp itself, on one draft."""
-    from ..realload import REAL_LOADERS
+    from ..realload.registry import REAL_LOADERS
 
     real = llamacpp_acceptance(target_dir, draft_dir, prompts, max_new_tokens, num_steps,
                                Path(out_dir) / f"llamacpp-{Path(draft_dir).name}.log")

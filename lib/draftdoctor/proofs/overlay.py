@@ -42,7 +42,8 @@ def proof_folder(engine: str) -> Path:
 def _installed_in(engine: str, root: Path):
     """Real loaders of `engine` taken from `root` (its `env_override`), each check in a fresh child whose
     string hashes are seeded alike (vLLM's messages print sets: in one order for both loaders)."""
-    from ..realload import REAL_LOADERS, WORKER_SWITCH
+    from ..realload.pool import WORKER_SWITCH
+    from ..realload.registry import REAL_LOADERS
 
     saved = {name: os.environ.get(name) for name in (REAL_LOADERS[engine].env_override, WORKER_SWITCH, "PYTHONHASHSEED")}
     os.environ[REAL_LOADERS[engine].env_override], os.environ[WORKER_SWITCH] = str(root), "0"
@@ -73,7 +74,8 @@ def run(engine: str, release: str, cases: dict[str, Path], folder: Path | None =
     from ..checkpoint import open_checkpoint
     from ..engines import resolve_engine
     from ..realcheck import claimed_bytes, from_real
-    from ..realload import REAL_LOADERS, release_env, releases_dir, run_real_loaders
+    from ..realload import run_real_loaders
+    from ..realload.registry import REAL_LOADERS, release_env, releases_dir
     from ..resources import memory_budget
     from .sweep import letters
 

@@ -46,7 +46,7 @@ def sweep(engine: str, work: Path, progress=print, jobs: int = 1, releases=None)
     from concurrent.futures import ThreadPoolExecutor
 
     from . import differential
-    from ..realload import installed_releases
+    from ..realload.registry import installed_releases
 
     cases = differential.write_cases(work / "cases", engine)
     cases |= {f"public/{name}": folder for name, folder in differential.write_public(work / "public").items()}
@@ -68,7 +68,9 @@ def sweep_release(engine: str, release: str, cases: dict) -> ReleaseRow:
     from ..replay import replay
     from ..engines import EngineSpecError, resolve_engine
     from ..realcheck import RealCheckError, from_real, real_checks
-    from ..realload import RealLoaderError, run_real_loaders, stop_worker
+    from ..realload import run_real_loaders
+    from ..realload.pool import stop_worker
+    from ..realload.registry import RealLoaderError
 
     try:
         profile = resolve_engine(f"{engine}=={release}").profile.spec

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import _child
+from .childenv import _child
 
 if __name__ == "__main__":
     engine, release, folder = sys.argv[1:]

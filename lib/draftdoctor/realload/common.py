@@ -236,7 +236,7 @@ def serve(socket_path: str, idle_timeout: float, handle) -> int:
     gets no answer."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(socket_path)
-    os.chmod(socket_path, 0o600)  # its folder is the user's alone already (realload._private)
+    os.chmod(socket_path, 0o600)  # its folder is the user's alone already (realload.childenv._private)
     server.listen(16)  # concurrent clients queue here and are answered in turn
     server.settimeout(idle_timeout)
     try:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..toolstate import BUILD, trusted
-from . import HERE, REAL_LOADERS, OVERLAY_RECORD, READY_MARKER
+from .registry import HERE, OVERLAY_RECORD, READY_MARKER, REAL_LOADERS
 
 STORE = BUILD / "release-store"  # mk/sglang.mk's RELEASE_STORE
 LINKED_MARKER = ".linked"

@@ -47,10 +47,11 @@ import traceback
 from pathlib import Path
 
 from ..toolstate import keep_out_of_home
-from . import OVERLAY_RECORD, SCHEMA_VERSION, nocode
+from . import SCHEMA_VERSION, nocode
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
                      process_group_init, fused_shards, on_exit, report_stream, run)
 from .recorder import LoadRecorder
+from .registry import OVERLAY_RECORD
 
 STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
 

@@ -286,7 +286,7 @@ def _http_server(args, handler) -> ThreadingHTTPServer:
 
 def main(argv=None) -> int:
     args, ignored = build_parser().parse_known_args(argv)
-    from ..realload import REAL_LOADERS
+    from ..realload.registry import REAL_LOADERS
 
     name = args.engine.split("==")[0]
     log(f"draftdoctor {BACKEND}: emulating {args.engine} with the {args.loader} loader "

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..realload import CHILD_ENV
+from ..realload.childenv import CHILD_ENV
 from ..toolstate import BUILD, STATE, trusted
 from ..realload.common import die_with_parent
 from .backends import BACKENDS

@@ -41,7 +41,7 @@ def not_serving(base_url: str) -> str | None:
 
 
 def backend_label(engine=None) -> str:
-    from ..realload import REAL_LOADERS
+    from ..realload.registry import REAL_LOADERS
 
     emulated = engine or resolve_engine(DEFAULT_ENGINE)
     return (f"reference backend emulating {emulated.spec} "

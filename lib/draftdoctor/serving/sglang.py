@@ -102,7 +102,8 @@ def launch(config: ServeConfig, engine=None, loader: str | None = None):
 def verdict(config: ServeConfig, engine) -> dict:
     """SGLang's own parser and checks on the command for `config` (see realload.parse_launch); raises
     LaunchUnchecked when `engine`'s release is not installed here."""
-    from ..realload import REAL_LOADERS, ReleaseNotInstalled, parse_launch
+    from ..realload import parse_launch
+    from ..realload.registry import REAL_LOADERS, ReleaseNotInstalled
 
     argv = command(replace(config, port=config.port or DEFAULT_PORT), engine)
     try:

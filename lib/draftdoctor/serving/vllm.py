@@ -51,7 +51,7 @@ DEFAULT_RELEASE = ROW.default_engine.split("==")[1]
 def served_release(release: str | None = None) -> str:
     """The vLLM release `--backend vllm` serves: `release` (`--engine vllm==X`), else DEFAULT_RELEASE;
     refused by name, with what installs it, when it is not installed here."""
-    from ..realload import REAL_LOADERS, ReleaseNotInstalled, release_env
+    from ..realload.registry import REAL_LOADERS, ReleaseNotInstalled, release_env
 
     chosen = release or DEFAULT_RELEASE
     if REAL_LOADERS["vllm"].overlay(chosen) is not None:  # docs/real-loaders.md: "Releases without a CPU build"
@@ -137,7 +137,8 @@ def server_env(release: str, guard: bool = False) -> dict:
     release's on the path: the installed package's entry point would otherwise import whichever
     draftdoctor the venv's install names)."""
     from ..guard import ENV
-    from ..realload import kit_path, release_env
+    from ..realload.childenv import kit_path
+    from ..realload.registry import release_env
 
     path = [str(release_env(release, "vllm")), *([str(kit_path())] if guard else [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **SERVER_ENV)
