@@ -98,9 +98,9 @@ def test_reference_backend_weights_are_the_same_with_the_real_loader():
     from pathlib import Path
 
     torch = pytest.importorskip("torch")
-    from draftdoctor.reference.llama import TargetModel
+    from draftdoctor.eagle.llama import TargetModel
     from draftdoctor.diagnose import check
-    from draftdoctor.reference.loading import place
+    from draftdoctor.eagle.loading import place
 
     require_release("0.5.10")
     demo = Path(__file__).resolve().parents[1] / "data" / "demo"

@@ -63,9 +63,9 @@ def test_mla_fused_pair_one_without_the_other():
 def test_the_reference_backend_says_it_computes_only_the_llama_class(drafts, name, engine):
     from pathlib import Path
 
-    from draftdoctor.reference.llama import TargetModel
+    from draftdoctor.eagle.llama import TargetModel
     from draftdoctor.diagnose import check
-    from draftdoctor.reference.loading import LoadRefused, place
+    from draftdoctor.eagle.loading import LoadRefused, place
 
     target = TargetModel.from_dir(Path(__file__).resolve().parents[1] / "data" / "demo" / "target")
     with pytest.raises(LoadRefused, match="computes the Llama EAGLE-3 draft only"):

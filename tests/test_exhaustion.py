@@ -124,7 +124,7 @@ def _forward_within(tokens: int, share: float) -> str:
     """In a fresh process: a demo-target forward of `tokens` with its address space held to what it
     had after a warm-up plus `share` of forward_bytes(tokens). "ok", or the allocator's refusal."""
     probe = ("import resource, torch\n"
-             "from draftdoctor.reference.llama import TargetModel\n"
+             "from draftdoctor.eagle.llama import TargetModel\n"
              f"m = TargetModel.from_dir({str(DEMO / 'target')!r})\n"
              "torch.set_num_threads(1)\n"
              "m.forward(torch.zeros(8, dtype=torch.long), m.new_cache())\n"  # one-time set-up first

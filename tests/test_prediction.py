@@ -32,8 +32,8 @@ CLI = Path(sys.executable).with_name("draftdoctor")
 def test_transformers_runs_the_target_as_the_reference_llama_does():
     """Every state an engine captures (the input of each layer, the last layer's output before the final
     norm) and every argmax, from transformers and from the reference engine's own Llama, in float64."""
-    from draftdoctor.reference import teacher
-    from draftdoctor.reference.llama import TargetModel
+    from draftdoctor.eagle import teacher
+    from draftdoctor.eagle.llama import TargetModel
 
     model = teacher.load_target(TARGET, torch.float64, "cpu", 64)
     ours = TargetModel.from_dir(TARGET, torch.float64)
@@ -64,8 +64,8 @@ def test_the_prediction_is_what_the_reference_engine_measures(engine, draft, fix
     """Replaying greedy verification over the recorded target gives the reference engine's own counts on
     the same prompts and token budget: the same verify steps, the same drafts accepted."""
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
-    from draftdoctor.reference.llama import TargetModel
-    from draftdoctor.reference.loading import place
+    from draftdoctor.eagle.llama import TargetModel
+    from draftdoctor.eagle.loading import place
 
     path = {"story": DEMO / "draft-story", "fixed": fixed, "speculators": DEMO / "draft-speculators"}[draft]
     spec = PredictionSpec(TARGET, num_prompts=12, new_tokens=32, num_steps=4, dtype="float64")

@@ -16,16 +16,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from draftdoctor.reference import acceptance  # noqa: E402
-from draftdoctor.reference.draft import (  # noqa: E402
+from draftdoctor.eagle.draft import (  # noqa: E402
     MIDLAYER, build_draft, initial_value,
 )
-from draftdoctor.reference.engine import (  # noqa: E402
+from draftdoctor.eagle.engine import (  # noqa: E402
     CaptureMismatch, greedy_generate, speculative_generate,
 )
 from draftdoctor.engines import resolve_engine  # noqa: E402
-from draftdoctor.reference.llama import KVCache, TargetModel, load_safetensors_dir  # noqa: E402
+from draftdoctor.eagle.llama import KVCache, TargetModel, load_safetensors_dir  # noqa: E402
 from draftdoctor.diagnose import check  # noqa: E402
-from draftdoctor.reference.loading import LoadRefused, place  # noqa: E402
+from draftdoctor.eagle.loading import LoadRefused, place  # noqa: E402
 
 
 def load_for_engine(draft, engine, target, loader="replay"):

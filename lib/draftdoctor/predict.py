@@ -1,11 +1,11 @@
 """Predicted acceptance: what the loaded draft does, not what rules say about it.
 
 The draft is taken as the engine release's loader leaves it (the coverage report that `check` made,
-replayed or from the release's own loader; `reference.loading.place`), computed with the reference
+replayed or from the release's own loader; `eagle.loading.place`), computed with the reference
 EAGLE-3 math of that release (chain positions, norms, captured layers, vocabulary map: its profile row),
 and run on the target's own greedy continuation of a few prompts, teacher-forced
-(`reference.teacher`: the target in transformers, recorded once). Greedy verification is then replayed
-exactly (`reference.engine.speculative_generate` over the recording): per prompt, the verify steps and
+(`eagle.teacher`: the target in transformers, recorded once). Greedy verification is then replayed
+exactly (`eagle.engine.speculative_generate` over the recording): per prompt, the verify steps and
 the draft tokens accepted at each position, counted as the engine counts them. So a defect outside
 every rule (a transposed matrix, a re-drawn layer, one NaN, a permuted vocabulary map) shows up as what
 it does: no acceptance.
@@ -149,7 +149,7 @@ _MODEL: dict = {}  # the one target kept loaded in this process: (target, dtype,
 
 
 def _model(spec: PredictionSpec, dtype, tokens: int):
-    from .reference import teacher
+    from .eagle import teacher
 
     key = (teacher.fingerprint(spec.target), str(dtype), spec.device)
     if key not in _MODEL:
@@ -164,7 +164,7 @@ def _model(spec: PredictionSpec, dtype, tokens: int):
 
 def _recordings(spec: PredictionSpec, model, dtype, capture: tuple[int, ...], tokens: int):
     from .prompts import load_prompts
-    from .reference import teacher
+    from .eagle import teacher
 
     texts = (list(spec.prompts)[:spec.num_prompts] if isinstance(spec.prompts, tuple)
              else load_prompts(spec.prompts, limit=spec.num_prompts))
@@ -193,7 +193,7 @@ def _threads(n: int | None):
 
 
 class _TargetParts:
-    """What `reference.loading.place` takes from the target: its dtype, layer count, embedding and head."""
+    """What `eagle.loading.place` takes from the target: its dtype, layer count, embedding and head."""
 
     def __init__(self, dtype, n_layers, embed, head):
         self.dtype, self.n_layers, self.embed, self.head = dtype, n_layers, embed, head
@@ -208,9 +208,9 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
         import torch
 
         from .engines import resolve_engine
-        from .reference import teacher
-        from .reference.engine import CaptureMismatch, speculative_generate
-        from .reference.loading import LoadRefused, place
+        from .eagle import teacher
+        from .eagle.engine import CaptureMismatch, speculative_generate
+        from .eagle.loading import LoadRefused, place
     except ImportError as e:
         raise PredictionUnavailable(f"the prediction needs torch and transformers ({e.name} is not installed)") from None
     from .errors import UserError
@@ -231,7 +231,7 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
     recordings = _recordings(spec, model, dtype, capture, tokens)
     profile = engine.profile
     results = []
-    with _threads(1):  # the draft's operations are tiny: one thread (reference.teacher.ONE_THREAD_BELOW)
+    with _threads(1):  # the draft's operations are tiny: one thread (eagle.teacher.ONE_THREAD_BELOW)
         for rec in recordings:
             recorded = teacher.Recorded(rec, layers, hidden, vocab, dtype)
             budget = min(spec.new_tokens, len(rec.continuation) - spec.num_steps - 1)

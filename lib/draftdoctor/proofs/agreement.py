@@ -76,9 +76,9 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
     import torch
 
     from ..reference.acceptance import one_thread
-    from ..reference.llama import TargetModel
+    from ..eagle.llama import TargetModel
     from ..diagnose import check
-    from ..reference.loading import place
+    from ..eagle.loading import place
 
     engine = resolve_engine(engine)
     target = TargetModel.from_dir(Path(target_dir), torch.float32)

@@ -9,7 +9,7 @@ rate for:
 - draft-speculators as speculators saved it, under sglang==0.5.23: refused, as SGLang refuses its
   nested config;
 - the same after `draftdoctor fix --engine sglang==0.5.23` (config converted; names load as they are).
-Each draft is loaded the way the emulated release's loader leaves it (draftdoctor.reference.loading).
+Each draft is loaded the way the emulated release's loader leaves it (draftdoctor.eagle.loading).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from draftdoctor.reference.draft import EagleDraft
-from draftdoctor.reference.engine import GenerateResult
-from draftdoctor.reference.llama import TargetModel
-from draftdoctor.reference.loading import LoadedDraft, LoadRefused, place
+from draftdoctor.eagle.draft import EagleDraft
+from draftdoctor.eagle.engine import GenerateResult
+from draftdoctor.eagle.llama import TargetModel
+from draftdoctor.eagle.loading import LoadedDraft, LoadRefused, place
 
 
 @dataclass

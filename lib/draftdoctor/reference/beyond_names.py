@@ -150,9 +150,9 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
 
     from draftdoctor.diagnose import check
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
-    from draftdoctor.reference.engine import CaptureMismatch
-    from draftdoctor.reference.llama import TargetModel
-    from draftdoctor.reference.loading import place
+    from draftdoctor.eagle.engine import CaptureMismatch
+    from draftdoctor.eagle.llama import TargetModel
+    from draftdoctor.eagle.loading import place
 
     data_dir, workdir, engine = Path(data_dir), Path(workdir), f"sglang=={release}"
     workdir.mkdir(parents=True, exist_ok=True)

@@ -155,7 +155,7 @@ def draft_examples(target_dir: Path, stream: torch.Tensor, n: int, seq_len: int,
     (token i + 1 with the aux states at i and the verifier's final state at i + 1)."""
     from speculators.models.eagle3.data import shift_batch
 
-    from draftdoctor.reference.llama import TargetModel
+    from draftdoctor.eagle.llama import TargetModel
 
     target = TargetModel.from_dir(target_dir)
     capture = (*aux_layer_ids, target.n_layers)

@@ -5,7 +5,7 @@
 --speculative-num-draft-tokens 5 --port 30000 --engine sglang==0.5.10 --loader replay`
 
 It takes the SGLang launch flags that apply (others are accepted, logged and ignored), loads the
-draft the way the emulated release's loader leaves it (draftdoctor.reference.loading; a load that
+draft the way the emulated release's loader leaves it (draftdoctor.eagle.loading; a load that
 release would refuse makes the server exit with SGLang's message), and answers `/health`,
 `/health_generate`, `/generate`, `/server_info` (and the older `/get_server_info`). Generation is
 greedy, one request at a time (others wait). "Decode batch" lines follow the emulated release's
@@ -49,9 +49,9 @@ class ReferenceEngine:
         import torch
         from tokenizers import Tokenizer
 
-        from .llama import TargetModel
+        from ..eagle.llama import TargetModel
         from ..diagnose import check
-        from .loading import place
+        from ..eagle.loading import place
 
         torch.set_num_threads(1)  # tiny ops: more threads only add overhead
         self.emulated = resolve_engine(args.engine)
@@ -307,7 +307,7 @@ def main(argv=None) -> int:
         return 1
     from ..checkpoint import CheckpointError
     from ..engines import EngineSpecError
-    from .loading import LoadRefused
+    from ..eagle.loading import LoadRefused
 
     try:
         engine = ReferenceEngine(args)

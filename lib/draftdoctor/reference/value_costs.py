@@ -128,8 +128,8 @@ def measure(data_dir, workdir, engine: str = "sglang==0.5.10", n_prompts: int | 
     from draftdoctor import findings as F
     from draftdoctor.diagnose import check
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
-    from draftdoctor.reference.llama import TargetModel
-    from draftdoctor.reference.loading import load_for_engine
+    from draftdoctor.eagle.llama import TargetModel
+    from draftdoctor.eagle.loading import load_for_engine
 
     data_dir = Path(data_dir)
     target = TargetModel.from_dir(data_dir / "target", torch.float32)

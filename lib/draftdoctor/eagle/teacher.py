@@ -6,7 +6,7 @@ before it, and the tokens committed are always the target's own greedy output. S
 continuation per prompt, run once through the target with its hidden states recorded (teacher
 forcing), holds everything the target would compute in every verify step of a speculative run: a
 `Recorded` target answers the reference engine's calls by looking positions up
-(`reference.engine.speculative_generate` runs unchanged over it). The target runs in transformers, so
+(`eagle.engine.speculative_generate` runs unchanged over it). The target runs in transformers, so
 any architecture transformers builds works (Llama, Qwen3, DeepSeek and Kimi MLA, gpt-oss, ...), not
 only the reference engine's own Llama; `tests/test_prediction.py` holds the two to each other.
 
@@ -68,7 +68,7 @@ class _Shape:
 
 
 class Recorded:
-    """A target that answers from a `Recording`, as `reference.engine.speculative_generate` calls it:
+    """A target that answers from a `Recording`, as `eagle.engine.speculative_generate` calls it:
     `forward(ids, cache, capture)` gives one-hot logits of the recorded argmax and the recorded states at
     the cache's next positions. Ids that leave the recorded sequence (a rejected draft token) are fine
     where nothing reads their outputs, as the engine reads the argmax only up to the first rejection;

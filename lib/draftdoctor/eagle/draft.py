@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from draftdoctor.configs import DraftDims, layer_config
 from draftdoctor.engines import parameters, resolve_engine
-from draftdoctor.reference.llama import KVCache, LayerShape, attention, layer_shape, rms_norm
+from draftdoctor.eagle.llama import KVCache, LayerShape, attention, layer_shape, rms_norm
 
 MIDLAYER = "model.midlayer."  # the decoder layer's prefix in SGLang 0.4.4 - 0.5.11
 

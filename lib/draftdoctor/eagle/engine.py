@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from draftdoctor.reference.draft import EagleDraft
-from draftdoctor.reference.llama import TargetModel
+from draftdoctor.eagle.draft import EagleDraft
+from draftdoctor.eagle.llama import TargetModel
 
 
 @dataclass
