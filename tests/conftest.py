@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 from itertools import zip_longest
@@ -19,6 +20,11 @@ from draftdoctor.toolstate import keep_out_of_home
 
 keep_out_of_home(isolate=True)  # before anything imports matplotlib, IPython, Jupyter or the browser
 defer_iri_grammar()  # before any test module imports nbformat (draftdoctor.lazy)
+# A suite started as a shell's background job inherits SIGINT ignored (POSIX shells without job control do
+# that to `cmd &`), and every process it starts would too: the tests that press Ctrl-C on the kit would
+# see it ignored. The session takes Python's own handler back, so what it starts gets the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 
