@@ -283,11 +283,22 @@ def _fused_shards(module):
 _DISTRIBUTED = {"ready": False}
 
 
+def distributed_once() -> None:
+    """vLLM's process group and model-parallel state, one rank on gloo, made once per process (inside
+    `set_current_vllm_config`): a check and a worker's draft load both build models under it."""
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    if not _DISTRIBUTED["ready"]:
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=process_group_init())
+        initialize_model_parallel(1, 1)
+        _DISTRIBUTED["ready"] = True
+
+
 def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "cpu") -> dict:
     """Read, build and load `checkpoint` through vLLM; return the report. `device` "meta" builds no
     parameter memory (shapes, key resolution and weight-loader calls still run; no sentinel)."""
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader import get_model
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
@@ -333,11 +344,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
         enter("build")
         DefaultModelLoader.load_weights = recorded_load
         with set_current_vllm_config(vllm_config):
-            if not _DISTRIBUTED["ready"]:
-                init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                             distributed_init_method=process_group_init())
-                initialize_model_parallel(1, 1)
-                _DISTRIBUTED["ready"] = True
+            distributed_once()
             load_config = draft_load_config(vllm_config)
             if device == "meta":  # load_model builds under torch.device(load_config.device)
                 load_config.device = "meta"
@@ -382,7 +389,6 @@ def load_only(target: str, method: str, draft: str | None):
     config's model as a server is given it (a folder or a hub id; None: the target's own, for mtp)."""
     import torch
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader import get_model
     from vllm.plugins import load_general_plugins
@@ -392,11 +398,7 @@ def load_only(target: str, method: str, draft: str | None):
     vllm_config = EngineArgs(model=target, skip_tokenizer_init=True, dtype="auto", enforce_eager=True,
                              max_model_len=256, seed=0, speculative_config=speculative).create_engine_config()
     with set_current_vllm_config(vllm_config):
-        if not _DISTRIBUTED["ready"]:
-            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                         distributed_init_method=process_group_init())
-            initialize_model_parallel(1, 1)
-            _DISTRIBUTED["ready"] = True
+        distributed_once()
         target_model = get_model(vllm_config=vllm_config)
         from vllm.v1.spec_decode.eagle import EagleProposer
 
