@@ -45,14 +45,14 @@ def arc(tmp_path_factory):
     (out / "p.yaml").write_text(yaml.safe_dump(params))
     [result] = investigate(out / "p.yaml", out / "run", cell_timeout=600)
     assert result.error is None, result.error
-    return result, out / "run", out / "run"  # notebook 05 benches into the run's own folder (results.json)
+    return result, out / "run"  # notebook 05 benches into the run's own folder (results.json, served-*)
 
 
 PROMPTS = 6
 
 
 def test_the_story_on_a_real_engine(arc):
-    _, _, bench = arc
+    _, bench = arc
     runs = {r["name"]: r for r in json.loads((bench / "results.json").read_text())["runs"]}
     assert runs["before"]["accept_length"] <= 1.05 and runs["after"]["accept_length"] >= 2.0
     assert all(r["backend"] == "vllm" and r["requests"] == PROMPTS for r in runs.values())
@@ -65,19 +65,19 @@ def test_what_was_served_stands_for_sglangs_load(arc):
     with ids restated so vLLM captures the layers SGLang captures."""
     from draftdoctor.runs import fixed_checkpoint
 
-    _, run, bench = arc
+    _, bench = arc
     served = open_checkpoint(bench / "served-before")
     assert not any(k.startswith("layers.0.") for k in served.tensors) and "fc.weight" in served.tensors
     config = json.loads((bench / "served-before" / "config.json").read_text())
     assert config["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]  # SGLang's eagle_config [0, 2, 3], plus one
     # the fixed draft loses nothing but t2d, which SGLang skips by design
-    fixed = open_checkpoint(fixed_checkpoint(run))
+    fixed = open_checkpoint(fixed_checkpoint(bench))
     assert set(fixed.tensors) - set(open_checkpoint(bench / "served-after").tensors) == {"t2d"}
 
 
 def test_speculation_does_not_change_greedy_output(arc):
     """Lossless: with a dead draft and with a good one, vLLM returns the target's greedy text."""
-    _, _, bench = arc
+    _, bench = arc
     runs = {r["name"]: r for r in json.loads((bench / "requests.json").read_text())}
     before = [r["text"] for r in runs["before"]["request_log"]]
     after = [r["text"] for r in runs["after"]["request_log"]]
@@ -86,7 +86,7 @@ def test_speculation_does_not_change_greedy_output(arc):
 
 def test_investigate_on_real_vllm_with_the_reference_backend_beside_it(arc):
     """The report labelled with the real engine and the two backends charted side by side."""
-    result, run, _ = arc
+    result, run = arc
     report = result.report
     assert report["before"]["accept_length"] <= 1.05 and report["after"]["accept_length"] >= 2.0
     assert report["before"]["backend_label"] == "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads it"
