@@ -14,7 +14,7 @@ import pytest
 from draftdoctor import fix as fixmod
 from draftdoctor import rewriter
 from draftdoctor.checkpoint import PAGE, open_checkpoint
-from draftdoctor.configs import RECORD_KEY, rewrite_config
+from draftdoctor.configrewrite import RECORD_KEY, rewrite_config
 from draftdoctor.diagnose import check
 from draftdoctor.engines import resolve_engine
 from draftdoctor.fix import FixBlocked, FixError, apply_fix, plan_fix
