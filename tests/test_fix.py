@@ -609,7 +609,7 @@ def _headless(tmp_path, draft_vocab_size):
     import numpy as np
 
     from draftdoctor.checkpoint import open_checkpoint
-    from draftdoctor.synth import NUMPY_DTYPES, write_safetensors
+    from draftdoctor.synthwrite import NUMPY_DTYPES, write_safetensors
 
     src = open_checkpoint(DEMO / "draft-story")
     tensors = {("midlayer." + n[len("layers.0."):] if n.startswith("layers.0.") else n):
