@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from .checkpoint import CheckpointError
-from .values import FLOATS, decode
+from .valueread import FLOATS, decode
 
 CHUNK_BYTES = 8 << 20  # what one read brings in: the memory a comparison holds per side
 DECODABLE = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64,
@@ -90,7 +90,7 @@ def _fixed(chunks, size: int | None = None):
 
 
 def _decode(raw: bytes, dtype: str) -> np.ndarray:
-    if dtype in FLOATS:  # signalling NaNs made quiet, so numpy prints no warning (values.decode)
+    if dtype in FLOATS:  # signalling NaNs made quiet, so numpy prints no warning (valueread.decode)
         return decode(raw, dtype)
     return np.frombuffer(raw, dtype=DECODABLE[dtype]).astype(np.float64)
 
