@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from draftdoctor.synth import LLAMA_8B, draft_tensors, write_draft, write_safetensors
+from draftdoctor.synth import LLAMA_8B, draft_tensors, write_draft
+from draftdoctor.synthwrite import write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -28,7 +28,7 @@ from pathlib import Path
 import orjson
 
 from draftdoctor.checkpoint import open_checkpoint
-from draftdoctor.synth import write_shards
+from draftdoctor.synthwrite import write_shards
 from draftdoctor.tables import tensor_columns
 
 ROOT = Path(__file__).resolve().parents[1]

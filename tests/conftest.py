@@ -108,7 +108,7 @@ def _stop_real_loader_workers(tmp_path_factory):
     yield
     from draftdoctor import listeners
     from draftdoctor.realload import stop_workers
-    from draftdoctor.serving.launcher import sweep_server_scratch
+    from draftdoctor.serving.processes import sweep_server_scratch
 
     stop_workers()
     deadline = time.monotonic() + 15  # what was just stopped may take a moment to go

@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from draftdoctor.checkpoint import CheckpointError, open_checkpoint, read_header
-from draftdoctor.synth import write_safetensors
+from draftdoctor.synthwrite import write_safetensors
 
 
 def test_reads_what_safetensors_wrote(tmp_path):
@@ -148,7 +148,7 @@ def test_missing_path_and_empty_folder(tmp_path):
 
 def test_tensor_stored_in_two_shards(draft):
     folder, index = _sharded(draft)
-    from draftdoctor.synth import write_safetensors
+    from draftdoctor.synthwrite import write_safetensors
 
     other = next(f for f in set(index["weight_map"].values()) if f != index["weight_map"]["fc.weight"])
     write_safetensors(folder / other, {"fc.weight": np.zeros((64, 192), dtype=np.float16),

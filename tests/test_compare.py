@@ -17,6 +17,8 @@ import pytest
 
 from draftdoctor import compare as C
 from draftdoctor import relations as R
+from draftdoctor import tensorbytes as T
+from draftdoctor import tensordiff as D
 from draftdoctor.checkpoint import encode_header
 from draftdoctor.engines import all_profiles, parse_version
 from draftdoctor.synth import REMOVE, edit_config, sloppy_convert
@@ -53,18 +55,18 @@ def _cli(*args):
 def test_the_training_output_against_a_reinitialising_converter_lists_exactly_what_it_reinitialised(tmp_path):
     converted = sloppy_convert(DEMO / "draft-story", tmp_path / "converted", {"layers.0.": "midlayer."})
     result = C.compare(DEMO / "draft-story", converted)
-    different = {(p.a, p.b) for p in result.pairs if p.status == C.DIFFERENT}
+    different = {(p.a, p.b) for p in result.pairs if p.status == D.DIFFERENT}
     layer = {n for n in json.loads((DEMO / "draft-story" / "model.safetensors").read_bytes()[8:8 + int.from_bytes(
         (DEMO / "draft-story" / "model.safetensors").read_bytes()[:8], "little")]) if n.startswith("layers.0.")}
     assert different == {(n, "midlayer." + n[len("layers.0."):]) for n in layer}
     assert all(p.paired_by == "name" for p in result.pairs)
-    assert result.counts()[C.SAME_BYTES] == 16 - len(layer) and not result.same
+    assert result.counts()[D.SAME_BYTES] == 16 - len(layer) and not result.same
     # how: every reinitialised tensor is named as a fresh model's values (norms: the constant 1;
     # matrices: unrelated to the trained ones, and i.i.d. noise), none of the trained ones is
-    assert {p.relation for p in result.pairs if p.status == C.DIFFERENT} == {R.FRESH}
-    norms = [p for p in result.pairs if p.a.endswith("norm.weight") and p.status == C.DIFFERENT]
+    assert {p.relation for p in result.pairs if p.status == D.DIFFERENT} == {R.FRESH}
+    norms = [p for p in result.pairs if p.a.endswith("norm.weight") and p.status == D.DIFFERENT]
     assert len(norms) == 3 and all("holds one value (1) everywhere" in p.detail and p.detail.startswith("B") for p in norms)
-    matrices = [p for p in result.pairs if p.status == C.DIFFERENT and p not in norms]
+    matrices = [p for p in result.pairs if p.status == D.DIFFERENT and p not in norms]
     assert all(abs(p.correlation) < 0.05 and "B looks like a fresh initialisation" in p.detail for p in matrices)
     proc = _cli(DEMO / "draft-story", converted)
     assert proc.returncode == 1 and proc.stdout.strip().endswith("verdict: A and B differ: 10 different values")
@@ -202,12 +204,12 @@ def test_another_dtype_fused_parts_and_moved_tensors(tmp_path):
     assert not comparison.same
     result = statuses(comparison)
     qkv = "+".join(f"layers.0.self_attn.{p}_proj.weight" for p in "qkv")
-    assert result[(qkv, "model.midlayer.self_attn.qkv_proj.weight")] == C.SAME_BYTES
+    assert result[(qkv, "model.midlayer.self_attn.qkv_proj.weight")] == D.SAME_BYTES
     assert result[("layers.0.mlp.gate_proj.weight+layers.0.mlp.up_proj.weight",
-                   "model.midlayer.mlp.gate_up_proj.weight")] == C.DIFFERENT
-    assert result[("norm.weight", "model.norm.weight")] == C.SAME_VALUES
-    assert result[("lm_head.weight", "output.weight")] == C.SAME_BYTES
-    assert result[("only_a", None)] == C.ONLY_A and result[(None, "only_b")] == C.ONLY_B
+                   "model.midlayer.mlp.gate_up_proj.weight")] == D.DIFFERENT
+    assert result[("norm.weight", "model.norm.weight")] == D.SAME_VALUES
+    assert result[("lm_head.weight", "output.weight")] == D.SAME_BYTES
+    assert result[("only_a", None)] == D.ONLY_A and result[(None, "only_b")] == D.ONLY_B
     pair = next(p for p in C.compare(a, b).pairs if p.b == "model.midlayer.mlp.gate_up_proj.weight")
     expected = np.abs(up).max()  # up against 2 * up
     assert pair.max_abs_diff == pytest.approx(expected, rel=1e-6)
@@ -219,7 +221,7 @@ def test_rounding_to_a_narrower_dtype_is_a_difference_with_its_size(tmp_path):
     a = write(tmp_path / "a.safetensors", {"w": ("F32", values)})
     b = write(tmp_path / "b.safetensors", {"w": ("BF16", values)})
     [pair] = C.compare(a, b).pairs
-    assert pair.status == C.DIFFERENT and 0 < pair.rel_l2 < 2 ** -8  # BF16 keeps 8 bits of mantissa
+    assert pair.status == D.DIFFERENT and 0 < pair.rel_l2 < 2 ** -8  # BF16 keeps 8 bits of mantissa
     assert pair.relation == R.ROUNDED and pair.detail.startswith("B is A rounded to BF16, as each of 4096 sampled values shows")
     # stored back as F32, the rounded values are still named as BF16's
     b32 = write(tmp_path / "b32.safetensors", {"w": ("F32", ((values.view(np.uint32) + 0x8000) >> 16 << 16).view(np.float32))})
@@ -252,7 +254,7 @@ def test_how_each_pair_differs(tmp_path):
     assert {name: p.relation for name, p in pairs.items()} == {
         "transposed": R.TRANSPOSED, "permuted": R.PERMUTED, "scaled": R.SCALED, "nan": R.NON_FINITE, "fresh": R.FRESH,
         "unrelated": R.UNRELATED, "close": "", "norm": R.FRESH}
-    assert all(p.status == C.DIFFERENT for p in pairs.values())
+    assert all(p.status == D.DIFFERENT for p in pairs.values())
     assert pairs["scaled"].detail.startswith("B = -0.25 x A")
     assert pairs["nan"].detail == "1 NaN/inf value(s) in B where A is finite; the finite values are equal"
     assert pairs["fresh"].detail.endswith("B looks like a fresh initialisation (i.i.d. noise, by its row and column norms)")
@@ -267,16 +269,16 @@ def test_how_each_pair_differs(tmp_path):
 def test_the_same_bytes_under_another_dtype_or_shape_differ(tmp_path):
     """F16 bytes read as BF16 are other values; [8, 8] read as [4, 16] is another tensor: exit 1."""
     raw = np.random.default_rng(4).standard_normal((8, 8)).astype(np.float16).tobytes()
-    for dtype, shape, status, relation in (("F16", (8, 8), C.SAME_BYTES, ""),
-                                           ("BF16", (8, 8), C.DIFFERENT, R.SAME_BYTES_OTHER_DTYPE),
-                                           ("F16", (4, 16), C.ANOTHER_SHAPE, "")):
+    for dtype, shape, status, relation in (("F16", (8, 8), D.SAME_BYTES, ""),
+                                           ("BF16", (8, 8), D.DIFFERENT, R.SAME_BYTES_OTHER_DTYPE),
+                                           ("F16", (4, 16), D.ANOTHER_SHAPE, "")):
         other = tmp_path / f"{dtype}-{shape[0]}.safetensors"
         other.write_bytes(encode_header([("w", dtype, shape, len(raw))], None) + raw)
         a = tmp_path / "a.safetensors"
         a.write_bytes(encode_header([("w", "F16", (8, 8), len(raw))], None) + raw)
         [pair] = C.compare(a, other).pairs
         assert (pair.status, pair.relation) == (status, relation)
-        assert _cli(a, other).returncode == (0 if status == C.SAME_BYTES else 1)
+        assert _cli(a, other).returncode == (0 if status == D.SAME_BYTES else 1)
 
 
 def test_colliding_names_are_kept_apart_and_reported(tmp_path):
@@ -289,28 +291,29 @@ def test_colliding_names_are_kept_apart_and_reported(tmp_path):
     b = write(tmp_path / "b" / "model.safetensors", {"midlayer.mlp.down_proj.weight": ("F32", trained)})
     result = C.compare(a, b)
     assert {(p.a, p.b, p.status) for p in result.pairs} == {
-        ("layers.0.mlp.down_proj.weight", "midlayer.mlp.down_proj.weight", C.COLLISION),
-        ("midlayer.mlp.down_proj.weight", None, C.COLLISION)}
+        ("layers.0.mlp.down_proj.weight", "midlayer.mlp.down_proj.weight", D.COLLISION),
+        ("midlayer.mlp.down_proj.weight", None, D.COLLISION)}
     assert all(p.collision.startswith("A holds layers.0.mlp.down_proj.weight, midlayer.mlp.down_proj.weight") for p in result.pairs)
     assert {p.detail for p in result.pairs} == {"same bytes", "no partner in B"}
     proc = _cli(a, b)
     assert proc.returncode == 1 and proc.stdout.count("NAME COLLISION") == 2
     same = C.compare(a, a)  # the same collision on both sides: identical, and still named
-    assert same.same and all(p.status == C.SAME_BYTES and p.collision for p in same.pairs) and len(same.pairs) == 2
+    assert same.same and all(p.status == D.SAME_BYTES and p.collision for p in same.pairs) and len(same.pairs) == 2
 
 
 def test_comparing_streams_in_bounded_chunks(tmp_path, monkeypatch):
     """A 64 MB pair is compared a chunk of each side at a time: no read larger than CHUNK_BYTES."""
-    monkeypatch.setattr(C, "CHUNK_BYTES", 1 << 20)
+    for module in (T, D):  # the reads, and the values judged per chunk
+        monkeypatch.setattr(module, "CHUNK_BYTES", 1 << 20)
     values = np.random.default_rng(2).standard_normal((4096, 4096)).astype(np.float32)
     a = write(tmp_path / "a.safetensors", {"w": ("F32", values)})
     values[-1, -1] += 1.0
     b = write(tmp_path / "b.safetensors", {"w": ("F32", values)})
     reads = []
-    real = C.os.pread
-    monkeypatch.setattr(C.os, "pread", lambda fd, n, off: reads.append(n) or real(fd, n, off))
+    real = T.os.pread
+    monkeypatch.setattr(T.os, "pread", lambda fd, n, off: reads.append(n) or real(fd, n, off))
     [pair] = C.compare(a, b).pairs
-    assert pair.status == C.DIFFERENT and pair.max_abs_diff == pytest.approx(1.0)
+    assert pair.status == D.DIFFERENT and pair.max_abs_diff == pytest.approx(1.0)
     assert max(reads) <= 1 << 20
 
 
@@ -318,16 +321,17 @@ def test_comparing_streams_in_bounded_chunks(tmp_path, monkeypatch):
 def test_judging_how_reads_and_holds_bounded_amounts(tmp_path, monkeypatch, how):
     """Telling a 64 MB pair transposed (bounded samples of rows) or permuted (every row hashed, a chunk
     at a time) reads no more than CHUNK_BYTES at once and holds far less than a tensor's values."""
-    monkeypatch.setattr(C, "CHUNK_BYTES", 1 << 20)
-    monkeypatch.setattr(C, "SAMPLE_VALUES", 1 << 18)
+    for module in (T, D):  # the reads, and the values judged per chunk
+        monkeypatch.setattr(module, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(D, "SAMPLE_VALUES", 1 << 18)
     values = _trained(np.random.default_rng(6), 4096, 4096)
     other = values.T.copy() if how == "transposed" else values[np.random.default_rng(7).permutation(4096)]
     a = write(tmp_path / "a.safetensors", {"w": ("F32", values)})
     b = write(tmp_path / "b.safetensors", {"w": ("F32", other)})
     del values, other
     reads = []
-    real = C.os.pread
-    monkeypatch.setattr(C.os, "pread", lambda fd, n, off: reads.append(n) or real(fd, n, off))
+    real = T.os.pread
+    monkeypatch.setattr(T.os, "pread", lambda fd, n, off: reads.append(n) or real(fd, n, off))
     tracemalloc.start()
     try:
         [pair] = C.compare(a, b).pairs

@@ -14,7 +14,7 @@ import pytest
 from draftdoctor import fix as fixmod
 from draftdoctor import rewriter
 from draftdoctor.checkpoint import PAGE, open_checkpoint
-from draftdoctor.configs import RECORD_KEY, rewrite_config
+from draftdoctor.configrewrite import RECORD_KEY, rewrite_config
 from draftdoctor.diagnose import check
 from draftdoctor.engines import resolve_engine
 from draftdoctor.fix import FixBlocked, FixError, apply_fix, plan_fix
@@ -609,7 +609,7 @@ def _headless(tmp_path, draft_vocab_size):
     import numpy as np
 
     from draftdoctor.checkpoint import open_checkpoint
-    from draftdoctor.synth import NUMPY_DTYPES, write_safetensors
+    from draftdoctor.synthwrite import NUMPY_DTYPES, write_safetensors
 
     src = open_checkpoint(DEMO / "draft-story")
     tensors = {("midlayer." + n[len("layers.0."):] if n.startswith("layers.0.") else n):

@@ -209,7 +209,7 @@ def _hub_cache(hf_home: Path, repo: str, folder: Path) -> str:
 def _eagle1_draft(folder: Path) -> Path:
     """A tiny EAGLE-1 draft (SGLang's LlamaForCausalLMEagle: fc over two states, no input norm in layer 0):
     a draft class the kit does not model, at the demo target's sizes."""
-    from draftdoctor.synth import write_shards
+    from draftdoctor.synthwrite import write_shards
 
     folder.mkdir()
     H, I, V, L = 64, 192, 114, "layers.0."

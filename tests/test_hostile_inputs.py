@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from draftdoctor.synth import DraftShape, draft_tensors, write_draft, write_safetensors
+from draftdoctor.synth import DraftShape, draft_tensors, write_draft
+from draftdoctor.synthwrite import write_safetensors
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 

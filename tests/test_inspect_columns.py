@@ -21,7 +21,7 @@ from draftdoctor.beginnings import each_beginning, per_beginning
 from draftdoctor.checkpoint import (DTYPE_BITS, CheckpointError, _check_packing, _tensor_info, open_checkpoint,
                                     read_header)
 from draftdoctor.layouts import LAYER_HEAD, layer_prefixes
-from draftdoctor.synth import write_shards
+from draftdoctor.synthwrite import write_shards
 from draftdoctor.tables import human_bytes, module_totals, shape_texts, tensor_columns
 
 ODD = st.one_of(st.integers(-3, 3), st.integers(2**63, 2**66), st.floats(allow_nan=False, allow_infinity=False),

@@ -166,9 +166,10 @@ def test_names_from_a_checkpoint_cannot_write_markdown_into_the_report(tmp_path)
     error into the verdict: report.md shows it as text (one Verdict section, no image, no comment)."""
     import numpy as np
 
-    from draftdoctor.synth import sloppy_convert, write_safetensors
+    from draftdoctor.synth import sloppy_convert
+    from draftdoctor.synthwrite import write_safetensors
     from draftdoctor.checkpoint import open_checkpoint
-    from draftdoctor.synth import NUMPY_DTYPES
+    from draftdoctor.synthwrite import NUMPY_DTYPES
 
     src = open_checkpoint(ROOT / "data" / "demo" / "draft-speculators")
     folder = tmp_path / "hostile"

@@ -314,7 +314,7 @@ CONTROL = ("from IPython.display import HTML\n"
 def _add_tensor(folder: Path, name: str) -> Path:
     from safetensors.numpy import load_file
 
-    from draftdoctor.synth import write_safetensors
+    from draftdoctor.synthwrite import write_safetensors
 
     [file] = folder.glob("*.safetensors")
     tensors = load_file(file)

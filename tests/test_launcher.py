@@ -9,8 +9,9 @@ import time
 import pytest
 
 from draftdoctor.serving.launcher import (
-    READY_LINE, PortBusy, Server, ServeConfig, ServerCrashed, ServerHung, free_port, launch_args, server_command,
+    READY_LINE, PortBusy, Server, ServeConfig, ServerCrashed, ServerHung, launch_args, server_command,
 )
+from draftdoctor.serving.ports import free_port
 
 
 def test_sglang_command_for_the_story():

@@ -27,8 +27,8 @@ import pytest
 from conftest import require_release
 
 from draftdoctor import listeners
-from draftdoctor.serving.launcher import (PORT_ATTEMPTS, READY_LINE, PortBusy, Server, choose_port, ephemeral_range,
-                                          reserved_ports)
+from draftdoctor.serving.launcher import PORT_ATTEMPTS, READY_LINE, PortBusy, Server
+from draftdoctor.serving.ports import choose_port, ephemeral_range, reserved_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"

@@ -45,7 +45,7 @@ def test_inspect_shows_them(draft, capsys):
 
 def _modelopt_corpus_draft(tmp_path):
     from draftdoctor.proofs.differential import PUBLIC
-    from draftdoctor.synth import write_header_only
+    from draftdoctor.synthwrite import write_header_only
 
     case = PUBLIC / "template-modelopt-llama3.1-8b"
     config = json.loads((case / "config.json").read_text())

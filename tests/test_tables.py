@@ -5,7 +5,7 @@ import io
 
 from draftdoctor import cli
 from draftdoctor.checkpoint import open_checkpoint
-from draftdoctor.synth import write_shards
+from draftdoctor.synthwrite import write_shards
 from draftdoctor.tables import module_totals, shape_texts, tensor_columns
 
 TENSORS = {  # stored in this order (round-robin over shards when sharded)

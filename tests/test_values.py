@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import require_release
 
-from draftdoctor import values
+from draftdoctor import noise, valueread, values
 from draftdoctor.checkpoint import encode_header, open_checkpoint
 from draftdoctor.diagnose import check
 from draftdoctor.synth import sloppy_convert
@@ -41,8 +41,8 @@ def _cli(*args, timeout=600):
 def _matrices(folder):
     """(name, float64 matrix) of every float matrix of the checkpoint, read whole."""
     for t in open_checkpoint(folder).tensors.values():
-        if t.dtype in values.FLOATS and len(t.shape) == 2:
-            yield t.name, values.decode(t.read(), t.dtype).reshape(t.shape)
+        if t.dtype in valueread.FLOATS and len(t.shape) == 2:
+            yield t.name, valueread.decode(t.read(), t.dtype).reshape(t.shape)
 
 
 # --- no false alarm ------------------------------------------------------------------------------------
@@ -56,13 +56,13 @@ def test_no_trained_tensor_is_flagged_and_every_trained_matrix_clears_the_bound_
     assert values.scan(checkpoint, 114, 96) == []
     rng = np.random.default_rng(0)
     for key, matrix in _matrices(TRAINED[name]):
-        found = values.structure(matrix)
+        found = noise.structure(matrix)
         assert found is not None, key
-        assert max(found.z.values()) >= MARGIN * values.Z_STRUCTURE, (key, found.z)
-        rows = max(values.MIN_ROWS, values.READ_ELEMENTS // matrix.shape[1])  # the block read_block would take
+        assert max(found.z.values()) >= MARGIN * noise.Z_STRUCTURE, (key, found.z)
+        rows = max(valueread.MIN_ROWS, valueread.READ_ELEMENTS // matrix.shape[1])  # the block read_block would take
         for start in range(0, matrix.shape[0] - 2 * rows + 1, rows):  # (of a matrix of this width, twice as tall)
-            block = values.structure(matrix[start:start + rows], rng)
-            assert max(block.z.values()) >= MARGIN * values.Z_STRUCTURE, (key, start, block.z)
+            block = noise.structure(matrix[start:start + rows], rng)
+            assert max(block.z.values()) >= MARGIN * noise.Z_STRUCTURE, (key, start, block.z)
 
 
 def test_the_wide_draft_is_what_its_generator_says():
@@ -206,7 +206,7 @@ def test_no_i_i_d_matrix_is_called_trained():
     fills = [_torch_init(name) for name in TORCH_INITS] + list(INVENTED.values())
     for shape in shapes:
         for fill in fills:
-            found = values.structure(fill(shape, rng))
+            found = noise.structure(fill(shape, rng))
             assert found is not None and not found.trained, (shape, found)
 
 
@@ -246,7 +246,7 @@ def _matrix(tmp_path, name, values_, dtype="F32"):
 def test_signalling_nan_bit_patterns_decode_quietly():
     """bf16 0x7f81 and f32 0x7f800001 are NaNs whose float32-to-float64 cast raised numpy's 'invalid
     value encountered in cast' warning; they decode as NaN with no warning, the rest exactly."""
-    code = ("import numpy as np; from draftdoctor.values import decode; "
+    code = ("import numpy as np; from draftdoctor.valueread import decode; "
             "b = decode(np.array([0x7f81, 0xffa0, 0x7f80, 0x3f80, 0xc040], np.uint16).tobytes(), 'BF16'); "
             "f = decode(np.array([0x7f800001, 0x3f800000], np.uint32).tobytes(), 'F32'); "
             "print(repr(b.tolist()), repr(f.tolist()))")
@@ -282,7 +282,7 @@ def test_a_trained_draft_with_its_norms_at_one_is_a_warning_and_fix_writes_it(tm
     draft = _redrawn(DEMO / "draft-speculators", tmp_path / "d", lambda s, rng: np.ones(s), [f"{n}.weight" for n in norms])
     if norms == ("norm",):  # only the final norm: the layer's norms stay trained
         t = open_checkpoint(draft).tensors
-        assert not np.all(values.decode(t["layers.0.input_layernorm.weight"].read(), "F32") == 1)
+        assert not np.all(valueread.decode(t["layers.0.input_layernorm.weight"].read(), "F32") == 1)
     proc = _cli("check", draft, "--engine", "vllm==0.32.0", "--loader", "replay")
     assert proc.returncode == 0, proc.stdout
     assert "WARNING weights-at-init" in proc.stdout and "the constant 1" in proc.stdout and "ERROR" not in proc.stdout
@@ -354,7 +354,7 @@ def test_a_large_matrix_is_read_as_one_block_of_rows_at_an_unpredictable_place(t
         reads.clear()
         hit = values.at_init(t)
         assert hit is not None and hit.holds == values.IID
-        assert len(reads) == 1 and reads[0][0] == max(values.READ_ELEMENTS, values.MIN_ROWS * 4096) * 4
+        assert len(reads) == 1 and reads[0][0] == max(valueread.READ_ELEMENTS, valueread.MIN_ROWS * 4096) * 4
         starts.add(reads[0][1])
     assert len(starts) > 1  # 8 draws of 4033 places: all equal with probability 4033^-7
 
@@ -387,7 +387,7 @@ def test_a_tensor_with_rows_too_long_for_a_block_is_read_as_a_window(tmp_path, m
     monkeypatch.setattr(os, "pread", lambda fd, n, off: reads.append(n) or real(fd, n, off))
     values._SEEN.clear()
     hit = values.at_init(t)
-    assert hit.holds == "the constant 0.5" and reads == [values.READ_ELEMENTS * 4] * 2
+    assert hit.holds == "the constant 0.5" and reads == [valueread.READ_ELEMENTS * 4] * 2
 
 
 def test_checking_values_imports_no_torch():
@@ -405,12 +405,12 @@ def test_a_stretch_of_zero_rows_in_a_trained_matrix_is_not_a_zero_tensor(tmp_pat
     rows[:512] = 0
     t = _matrix(tmp_path, "head", rows)
     places = iter([0, 2048])  # the first block among the zero rows, the second among the trained ones
-    monkeypatch.setattr(values.secrets, "randbelow", lambda n: next(places))
+    monkeypatch.setattr(valueread.secrets, "randbelow", lambda n: next(places))
     values._SEEN.clear()
     assert values.at_init(t) is None
     zeros = _matrix(tmp_path, "zeros", np.zeros((4096, 64)))  # all zero: both blocks agree
     values._SEEN.clear()
-    monkeypatch.setattr(values.secrets, "randbelow", lambda n: 0)
+    monkeypatch.setattr(valueread.secrets, "randbelow", lambda n: 0)
     assert values.at_init(zeros).holds == values.ZEROS
 
 
@@ -451,7 +451,7 @@ def test_each_statistic_is_a_standard_normal_deviate_under_iid_entries():
     and no skew to speak of. Scored with d = P, the column-pair statistic's skew was 0.54 and its tail
     crossed the bound once in 1500 draws; with a fresh draw's variance, the column lengths' sd was 0.72."""
     rng = np.random.default_rng(21)
-    draws = np.array([list(values.structure(rng.standard_normal((8, 1024)), rng).z.values()) for _ in range(2000)])
+    draws = np.array([list(noise.structure(rng.standard_normal((8, 1024)), rng).z.values()) for _ in range(2000)])
     centred = draws - draws.mean(axis=0)
     skew = (centred ** 3).mean(axis=0) / draws.std(axis=0) ** 3
     assert np.all(np.abs(draws.mean(axis=0)) < 0.15) and np.all(np.abs(draws.std(axis=0) - 1) < 0.1), draws.std(axis=0)

@@ -16,8 +16,9 @@ from pathlib import Path
 from . import auxids
 from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
-from .configs import (DRAFT_OPTIONS, FLAT, RECORD_KEY, SPECULATORS, DraftDims, config_format, draft_options,
-                      layer_config, layer_options, unsupported_options)
+from .configrewrite import RECORD_KEY
+from .configs import (DRAFT_OPTIONS, FLAT, SPECULATORS, DraftDims, config_format, draft_options, layer_config,
+                      layer_options, unsupported_options)
 from .engines import CRASH, SKIP, WARN, Profile, releases_where
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",

@@ -1,7 +1,7 @@
 """`draftdoctor fix`: rewrite a draft checkpoint so that an engine loads every tensor, and prove it.
 
 `plan_fix` decides, from headers alone: new tensor names (the rules in `renames`), the config the
-engine reads (`configs.rewrite_config`), the other files to copy, and `check`'s verdict on the result
+engine reads (`configrewrite.rewrite_config`), the other files to copy, and `check`'s verdict on the result
 (`diagnose` over the renamed headers, with the target's config when one is given). A plan whose
 result would carry an error finding is refused (`FixBlocked`), unless the only errors are losses
 the user accepts (`--allow-lossy`). `apply_fix` carries the plan
@@ -34,8 +34,8 @@ from pathlib import Path
 from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
-from .configs import (ABSENT, FLAT, MISSING, UNKNOWN, ConfigChange, ConfigRewrite, config_format, draft_options,
-                      layer_options, rewrite_config, unsupported_options)
+from .configrewrite import ABSENT, ConfigChange, ConfigRewrite, rewrite_config
+from .configs import FLAT, MISSING, UNKNOWN, config_format, draft_options, layer_options, unsupported_options
 from .checks import OPTION_CODES, TENSOR_OPTIONS, WITHOUT, option_keys, read_target_config
 from .coverage import CoverageReport, draft_dims
 from .replay import unmodelled_class

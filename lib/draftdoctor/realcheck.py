@@ -21,7 +21,8 @@ from pathlib import Path
 
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
-from .configs import FLAT, SPECULATORS, config_format, rewrite_config
+from .configrewrite import rewrite_config
+from .configs import FLAT, SPECULATORS, config_format
 from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        PAIR_REASON, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)

@@ -218,8 +218,8 @@ def transposed(a_rows: np.ndarray, a_index: np.ndarray, b_rows: np.ndarray, b_in
 
 def noise_like(rows: np.ndarray) -> bool:
     """Whether sampled rows (k x n) hold no training: indistinguishable from i.i.d. draws of any law, or an
-    orthogonal matrix times a gain (`values.structure`, the value checks' own statistics)."""
-    from .values import structure
+    orthogonal matrix times a gain (`noise.structure`, the value checks' own statistics)."""
+    from .noise import structure
 
     found = structure(rows)
     return found is not None and (not found.trained or found.orthogonal)

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..configs import FLAT, config_format
 from ..engines import resolve_engine
-from ..synth import REMOVE, DraftShape, edit_config, write_draft, write_header_only, write_mla_draft
+from ..synth import REMOVE, DraftShape, edit_config, write_draft, write_mla_draft
+from ..synthwrite import write_header_only
 
 H, I = 64, 128
 F16 = np.float16

@@ -246,7 +246,7 @@ def write_story_draft(demo: Path) -> Path:
     hand (aux ids converted correctly) and kept the tensors as speculators saved them, with the
     `layers.0.*` names that 0.4.9-0.5.11 silently drop.
     """
-    from draftdoctor.configs import RECORD_KEY, rewrite_config
+    from draftdoctor.configrewrite import RECORD_KEY, rewrite_config
     from draftdoctor.engines import resolve_engine
 
     src, out = demo / "draft-speculators", demo / "draft-story"

@@ -12,13 +12,13 @@ chosen here can be taken by another process before the server binds it, which wo
 its place. Port 0 means "choose one". The kit's own server (the reference backend) is started on a
 listening socket the launcher already holds (`listen_fd_flag`): its port is never free for another
 process to take. A server that binds its own `--port` (vLLM, llama-server, SGLang, JupyterLab) gets a
-free port outside the kernel's ephemeral range (`choose_port`): the kernel hands ports of that range to
+free port outside the kernel's ephemeral range (`ports.choose_port`): the kernel hands ports of that range to
 every outbound connection and every bind to port 0 on the host, so on a busy host a port found free
 there by binding port 0 is soon someone's. A chosen port found taken all the same is given up for
 another (up to PORT_ATTEMPTS times); a port the user gave is refused by name. A process that exits is a crash, a log
 that stops growing for `hang_timeout` seconds is a hang (EAGLE start-ups are known to hang in
 CUDA-graph capture); both errors carry the last log lines. `stop()` sends SIGTERM to the whole group,
-then SIGKILL.
+then SIGKILL (`processes.py`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -46,6 +42,8 @@ from ..errors import UserError
 from ..guard import REPORTS as GUARD_REPORTS, guard_refusal, reports as guard_reports, unguarded
 from . import llamacpp, reference, sglang, vllm
 from .backends import BACKENDS
+from .ports import choose_port, listening_socket, port_is_free
+from .processes import _server_scratch, _stop_group
 from .sglang import LaunchUnchecked, ServeConfig, cuda_graph_flags, launch_args  # noqa: F401  (the launcher's words)
 
 READY_LINE = sglang.READY_LINE  # a Server's default readiness: SGLang's, which the reference server prints too
@@ -106,79 +104,6 @@ def server_command(backend: str, config: ServeConfig, engine=None, loader: str |
     engine = resolve_engine(engine) if engine is not None else None
     return backend_module(backend).command(config, engine, loader, python)
 
-
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-LINUX_EPHEMERAL = (32768, 60999)  # the kernel's default ip_local_port_range
-UNPRIVILEGED = 1024
-
-
-def ephemeral_range(proc: Path = Path("/proc/sys/net/ipv4")) -> tuple[int, int]:
-    """The ports the kernel picks itself (`ip_local_port_range`: for a bind to port 0 and for every
-    outbound connection), both ends included."""
-    try:
-        low, high = map(int, (proc / "ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        return LINUX_EPHEMERAL
-    return low, high
-
-
-def reserved_ports(proc: Path = Path("/proc/sys/net/ipv4")) -> set[int]:
-    """Ports the administrator reserved for known services (`ip_local_reserved_ports`: "8080,9000-9010")."""
-    found = set()
-    try:
-        text = (proc / "ip_local_reserved_ports").read_text().strip()
-    except OSError:
-        return found
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        if low.strip().isdigit() and (high or low).strip().isdigit():
-            found.update(range(int(low), int(high or low) + 1))
-    return found
-
-
-def choose_port(host: str = "127.0.0.1", tries: int = 200) -> int:
-    """A port free now on `host` for a server that binds its own `--port`: drawn at random from the
-    unprivileged ports outside the kernel's ephemeral range and its reserved ports, which only a process
-    that names the port can take. Where the ephemeral range leaves none, a port the kernel picks."""
-    import random
-
-    low, high = ephemeral_range()
-    ports = [*range(UNPRIVILEGED, max(low, UNPRIVILEGED)), *range(max(high + 1, UNPRIVILEGED), 65536)]
-    reserved, draw = reserved_ports(), random.SystemRandom()
-    for _ in range(tries if ports else 0):
-        port = draw.choice(ports)
-        if port not in reserved and port_is_free(host, port):
-            return port
-    return free_port(host)
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to `port` on `host` (0: one the kernel picks) and listening, for a server to inherit:
-    held from the moment its port is known, so no other process can take it (it binds and listens at
-    once: two sockets with SO_REUSEADDR may share a port until one listens). OSError if the port is taken."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server would: a TIME_WAIT port is fine
-        sock.bind((host, port))
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def tail(path: Path, lines: int = 20, offset: int = 0) -> list[str]:
@@ -387,61 +312,6 @@ class Server:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def _stop_group(process: subprocess.Popen, grace: float) -> None:
-    """SIGTERM to `process`'s group, SIGKILL after `grace` seconds, until no member is left."""
-    pgid = process.pid
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        if not _group_alive(pgid):
-            break
-        # The leader exited but children linger: wait briefly, then escalate.
-        deadline = time.monotonic() + wait
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not _group_alive(pgid):
-            break
-
-
-SERVER_SCRATCH = "dd-server-"  # + the owner's pid: short, for vLLM binds Unix sockets in it (107 bytes at most)
-
-
-def sweep_server_scratch() -> None:
-    """Remove the servers' temporary folders whose owner is gone (killed before it could): this user's
-    own folders only, never through a link."""
-    for stale in Path(tempfile.gettempdir()).glob(SERVER_SCRATCH + "*"):
-        pid = stale.name[len(SERVER_SCRATCH):].split("-")[0]
-        try:
-            info = stale.lstat()
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and pid.isdigit() \
-                and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _server_scratch() -> Path:
-    """A private temporary folder for one server (its TMPDIR), in the system's temporary folder; those
-    left by killed owners are removed first."""
-    sweep_server_scratch()
-    return Path(tempfile.mkdtemp(prefix=f"{SERVER_SCRATCH}{os.getpid()}-"))
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _ready_server(backend: str, config: ServeConfig, log_path, engine, loader, **server_kwargs) -> Server:

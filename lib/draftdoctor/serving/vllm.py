@@ -8,7 +8,7 @@ and after a run (`run_bench`): drafts (verify steps), draft tokens, accepted tok
 
 `as_loaded_by` makes the checkpoint that stands for another engine's load on vLLM: only the tensors
 that engine's loader places (its replay), under the config vLLM reads for the same computation
-(`configs.rewrite_config`: aux ids restated so vLLM captures the layers that engine captures).
+(`configrewrite.rewrite_config`: aux ids restated so vLLM captures the layers that engine captures).
 vLLM then leaves the rest at their initial values: its own silent path for a missing key.
 """
 
@@ -171,7 +171,7 @@ def as_loaded_by(draft, engine, dst) -> Path:
     loader places (its replay: loaded or derived keys), under the config vLLM reads for the same
     computation. Returns `dst`."""
     from ..checkpoint import CONFIG_NAME, INDEX_NAME, open_checkpoint
-    from ..configs import rewrite_config
+    from ..configrewrite import rewrite_config
     from ..coverage import DERIVED, LOADED
     from ..replay import replay
     from ..engines import resolve_engine
