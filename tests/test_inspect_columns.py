@@ -134,7 +134,7 @@ PARTS = ["model", "layers", "midlayer", "0", "7", "12", "0123456789" * 3, "mlp",
 @given(keys=st.lists(st.lists(st.sampled_from(PARTS), min_size=1, max_size=6).map(".".join), max_size=10))
 def test_layer_prefixes_agree_with_one_match_per_key(keys):
     heads = {m[0] for m in map(LAYER_HEAD.match, keys) if m}
-    assert layer_prefixes(keys) == tuple(sorted(heads, key=lambda h: int(LAYER_HEAD.match(h).group(1) or -1)))
+    assert layer_prefixes(keys) == tuple(sorted(heads, key=lambda h: (int(LAYER_HEAD.match(h).group(1) or -1), h)))
 
 
 @settings(max_examples=1000, deadline=None, database=None)
@@ -194,3 +194,17 @@ def test_text_is_the_table_in_aligned_columns(hostile, chunk, monkeypatch):
     expected = io.StringIO()
     cli._text_columns(cells, ["name", "dtype", "shape", "bytes", "file"], expected)
     assert out.getvalue().startswith(expected.getvalue()) and "\n12 tensors," in out.getvalue()
+
+
+def test_heads_of_one_layer_come_in_one_order_in_every_process():
+    """`midlayer.` and `model.midlayer.` are one layer: their order was a set's, so it changed with the hash seed
+    of the process (inspect's text and a layout's evidence with it); now it is by name in every process."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from draftdoctor.layouts import layer_prefixes; "
+            "print(layer_prefixes(['model.midlayer.x', 'midlayer.model', 'model.layers.2.a', 'layers.2.b']))")
+    seen = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)},
+                           capture_output=True, text=True, check=True).stdout for seed in range(16)}
+    assert seen == {"('midlayer.', 'model.midlayer.', 'layers.2.', 'model.layers.2.')\n"}
