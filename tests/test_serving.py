@@ -276,14 +276,12 @@ def test_bench_stops_before_launching_a_draft_that_does_not_fit(fixed_draft, tmp
     (other_vocab / "config.json").write_text(json.dumps(cfg | {"vocab_size": cfg["vocab_size"] + 1}))
     for draft, code in ((misfit, "aux-layer-uncapturable"), (other_vocab, "target-mismatch")):
         out = tmp_path / f"out-{draft.name}"
-        start = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "bench", "--target", str(DEMO / "target"),
                                "--draft", f"good={fixed_draft}", "--draft", f"bad={draft}", "--out", str(out)],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1 and proc.stderr.startswith("draftdoctor: not launched: bad (")
         assert code in proc.stderr and len(proc.stderr.splitlines()) == 1 and not proc.stdout
         assert not out.exists()  # no server started, not even for the draft that fits
-        assert time.monotonic() - start < 30
 
 
 def test_a_draft_that_fails_at_the_first_step_gets_an_answer_naming_the_cause(fixed_draft, tmp_path):
