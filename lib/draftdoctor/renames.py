@@ -1,10 +1,10 @@
 """Rename rules: how each producer layout's tensor names become the names an engine loads.
 
-The rules are data, in the style of vLLM's `WeightsMapper`: ordered prefix (and substring) maps, no
-branches. For each producer layout, `RULES` lists candidate mappers in order of preference. Which
+The rules are data, `engines.mapper.WeightsMapper` (the one rename type, also the rows'): ordered prefix
+(and substring) maps, no branches. For each producer layout, `RULES` lists candidate mappers in order of preference. Which
 one applies to an engine is not written down per release: `choose` asks the engine's profile, via
-`replay.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
-with the profile's own legacy renames switched off, so the result does not lean on an engine's
+`engines.keys.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
+with the profile's own renames switched off (its drops kept), so the result does not lean on an engine's
 compatibility path (SGLang >= 0.5.12 and vLLM accept `midlayer.` only through such a rename).
 """
 
@@ -30,9 +30,9 @@ STRIP_MODEL = WeightsMapper.of("strip model.", prefix=(("model.", ""),))
 # builds the norm reads `fc_norm.N`; SGLang from 0.5.12 renames the legacy `aux_norm_*` itself and finds
 # `model.fc_norm.N` too, vLLM and llama.cpp take neither
 NORM_NAMES = WeightsMapper.of("aux_norm_low/mid/high and model.fc_norm. -> fc_norm.N",
-                           substr=(("aux_norm_low.", "fc_norm.0."), ("aux_norm_mid.", "fc_norm.1."),
-                                               ("aux_norm_high.", "fc_norm.2.")),
-                           prefix=(("model.fc_norm.", "fc_norm."),))
+                              substr=(("aux_norm_low.", "fc_norm.0."), ("aux_norm_mid.", "fc_norm.1."),
+                                      ("aux_norm_high.", "fc_norm.2.")),
+                              prefix=(("model.fc_norm.", "fc_norm."),))
 
 # producer layout -> candidate mappers, most preferred first
 RULES: dict[str, tuple[WeightsMapper, ...]] = {

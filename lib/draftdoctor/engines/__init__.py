@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from . import llamacpp, sglang, vllm
 from ..configs import FLAT, SPECULATORS, config_format, layer_config
-from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, ServingFacts, fc_aux_count,
-                      from_target, identity_by_default, parameters, parse_version)
+from .build import ParamSpec, fc_aux_count, from_target, identity_by_default, parameters
+from .profile import CRASH, SKIP, STACKED, WARN, EngineSpecError, Profile, ServingFacts, parse_version
 
 __all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "ParamSpec", "Profile", "ServingFacts",
            "all_profiles", "fc_aux_count", "from_parameters", "from_target", "identity_by_default", "parameters",

@@ -16,14 +16,12 @@ from operator import attrgetter
 
 from ..configs import SPECULATORS, config_format, draft_options
 from ..errors import UserError
-from .build import ParamSpec, builds_input_norm, fc_aux_count, from_target, identity_by_default, parameters
 from .mapper import WeightsMapper
 from .stages import (CRASH, SKIP, STACKED, STAGES, WARN, AuxCapture, Build, ConfigReading, KeyResolution, ServedDraft,
                      Unwritten)
 
 __all__ = ["CRASH", "SKIP", "STACKED", "WARN", "AuxCapture", "Build", "ConfigReading", "EngineSpecError",
-           "KeyResolution", "ParamSpec", "Profile", "ReleaseRange", "ServedDraft", "ServingFacts", "Unwritten",
-           "WeightsMapper", "builds_input_norm", "fc_aux_count", "from_target", "identity_by_default", "parameters",
+           "KeyResolution", "Profile", "ReleaseRange", "ServedDraft", "ServingFacts", "Unwritten", "WeightsMapper",
            "parse_version"]
 
 
