@@ -24,7 +24,7 @@ Read from that source and proven with the converter and llama-server themselves 
 
 from ..auxids import TOP_LEVEL
 from .mapper import PREFIX, SUBSTR, WeightsMapper
-from .profile import CRASH, Profile
+from .profile import CRASH, AuxCapture, Build, ConfigReading, KeyResolution, Profile, ServedDraft, Unwritten
 
 # HF names to GGUF names, in order (the converter's midlayer/layers.0 rename, then its Llama tensor map)
 _P, _S = PREFIX, SUBSTR
@@ -43,26 +43,30 @@ _TO_GGUF = WeightsMapper("HF names -> GGUF names", (
 _UNMAPPED = (CRASH, "convert_hf_to_gguf.py cannot map {key!r} (\"Can not map tensor\"), or, for a name GGUF knows "
                     "such as fc.bias, llama-server's load fails (\"wrong number of tensors\")")
 
+_NOT_A_DRAFT = "the converter does not treat it as an EAGLE-3 draft (Can not map tensor 'fc.weight')"
+
 PROFILES = [
     Profile(
-        engine="llamacpp", first="0.3.36", last="0.3.36", naming="gguf",
-        architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
-                       "LlamaForCausalLM"),
-        layer_prefix="blk.{i}.",
-        single_layer_error="num_hidden_layers != 1: the converter does not treat it as an EAGLE-3 draft "
-                           "(Can not map tensor 'fc.weight')",
-        needs_draft_vocab_size="without draft_vocab_size the converter does not treat it as an EAGLE-3 draft "
-                               "(Can not map tensor 'fc.weight')",
-        renames=_TO_GGUF, derived_keys=(), renamed_keys=(("d2t", "d2t"),),
-        prefix_rule="asis", stacked=(), on_unmatched=_UNMAPPED, on_unmatched_stacked=_UNMAPPED,
-        unwritten_fails="llama-server: check_tensor_dims: tensor '{name}' not found", loads_all_or_nothing=True,
-        fc_bias="never", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=True,
-        norm_before_fc_from=(TOP_LEVEL,),  # conversion/llama.py: the raw config.json's own key
-        supports_norm_before_residual=True, vocab_map_param="d2t", vocab_map_always=True,
-        embed_from_target=False, from_target_when_absent=("embed", "lm_head"), config_formats=("flat", "speculators"),
-        null_target_hidden_crashes=False,  # the target's hidden_size then
-        aux_ids_from=(TOP_LEVEL,), aux_capture_offset=0, aux_capturable=(0, 0), aux_repeats=True,
-        chain_position_offset=0, counts_accepted="before_eos", drafts_within_budget=True,
-        unknown_architecture="the converter has no EAGLE-3 path for {architectures}",
+        engine="llamacpp", first="0.3.36", last="0.3.36",
+        config=ConfigReading(
+            architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
+                           "LlamaForCausalLM"),
+            config_formats=("flat", "speculators"),
+            unknown_architecture="the converter has no EAGLE-3 path for {architectures}",
+            needs_draft_vocab_size=f"without draft_vocab_size {_NOT_A_DRAFT}",
+            norm_before_fc_from=(TOP_LEVEL,)),  # conversion/llama.py: the raw config.json's own key
+        build=Build(
+            naming="gguf", layer_prefix="blk.{i}.", single_layer_error=f"num_hidden_layers != 1: {_NOT_A_DRAFT}",
+            fc_bias="never", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=True,
+            supports_norm_before_residual=True, vocab_map_param="d2t", vocab_map_always=True,
+            null_target_hidden_crashes=False),  # the target's hidden_size then
+        keys=KeyResolution(
+            renames=_TO_GGUF, derived_keys=(), renamed_keys=(("d2t", "d2t"),), prefix_rule="asis", stacked=(),
+            on_unmatched=_UNMAPPED, on_unmatched_stacked=_UNMAPPED),
+        unwritten=Unwritten(
+            embed_from_target=False, from_target_when_absent=("embed", "lm_head"), loads_all_or_nothing=True,
+            unwritten_fails="llama-server: check_tensor_dims: tensor '{name}' not found"),
+        aux=AuxCapture(aux_ids_from=(TOP_LEVEL,), aux_capture_offset=0, aux_capturable=(0, 0), aux_repeats=True),
+        serving=ServedDraft(chain_position_offset=0, counts_accepted="before_eos", drafts_within_budget=True),
     ),
 ]
