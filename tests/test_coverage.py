@@ -362,3 +362,20 @@ def test_a_readable_config_gets_no_dims_finding_and_an_impossible_value_is_exit_
     folder = _edit_config(draft("midlayer", config="flat"), lambda c: c.update(hidden_size="abc"))
     with pytest.raises(CheckpointError, match="hidden_size must be a whole number"):
         check(folder, "sglang==0.5.10", predict=False)
+
+
+def test_the_one_rename_type_keeps_order_anchors_and_drops():
+    """`WeightsMapper` applies its steps in order, a prefix step only at the start, and a step to None
+    drops the name (the first drop met is what the loader skips it for)."""
+    from draftdoctor.engines.mapper import PREFIX, SUBSTR, WeightsMapper
+
+    gguf = WeightsMapper("", ((PREFIX, "layers.", "blk."), (SUBSTR, "self_attn.q_proj", "attn_q"),
+                              (PREFIX, "norm.", "output_norm."), (SUBSTR, "t2d", None)))
+    assert gguf.map("layers.0.self_attn.q_proj.weight") == "blk.0.attn_q.weight"
+    assert gguf.map("model.layers.0.input_layernorm.weight") == "model.layers.0.input_layernorm.weight"
+    assert gguf.map("norm.weight") == "output_norm.weight" and gguf.map("hidden_norm.weight") == "hidden_norm.weight"
+    assert gguf.map("t2d") is None and gguf.apply("t2d") == ("t2d", "t2d") and gguf.drops == ("t2d",)
+    assert gguf.drops_only().map("layers.0.x") == "layers.0.x" and gguf.drops_only().map("t2d") is None
+    vllm_style = WeightsMapper.of("", substr=(("midlayer.", "layers.0."),), prefix=(("layers.", "model.layers."),))
+    assert vllm_style.map("midlayer.fc") == "model.layers.0.fc"  # substring maps first, then prefixes
+    assert (vllm_style + gguf).map("midlayer.self_attn.q_proj") == "model.layers.0.attn_q"

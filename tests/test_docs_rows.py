@@ -171,3 +171,26 @@ def test_every_release_range_in_a_docs_table_is_a_run_of_rows(name, header, engi
             assert first in firsts and last in lasts, (name, eng, first, last, rows)
             if following is not None:
                 assert firsts.index(following) == lasts.index(last) + 1, (name, eng, last, following, rows)
+
+
+def test_every_config_rule_cites_an_engine_facts_heading():
+    """Each rule of `configrules.RULES` names the docs/engine-facts.md heading its fact comes from."""
+    from draftdoctor.configrules import RULES
+
+    headings = re.findall(r"^## (.+)$", (Path(__file__).resolve().parents[1] / "docs" / "engine-facts.md").read_text(),
+                          re.MULTILINE)
+    assert RULES and all(any(h.startswith(rule.cites) for h in headings) for rule in RULES)
+
+
+def test_a_row_fact_lives_in_one_stage():
+    """A row's fact goes to the one stage record holding it and reads back from the row; a fact no stage
+    holds is refused, so a misspelt fact cannot be dropped silently."""
+    row = sglang.PROFILES[0]
+    assert row.single_layer_error == row.build.single_layer_error and row.on_unmatched is row.keys.on_unmatched
+    changed = dataclasses.replace(row, single_layer_error=None, aux_capture_offset=0)
+    assert (changed.build.single_layer_error, changed.aux.aux_capture_offset) == (None, 0)
+    assert changed.keys == row.keys and changed.config == row.config
+    with pytest.raises(TypeError, match="single_layer_eror"):
+        dataclasses.replace(row, single_layer_eror=None)
+    facts = [f.name for stage in engines.profile.STAGES.values() for f in dataclasses.fields(stage)]
+    assert len(facts) == len(set(facts))  # no fact in two stages

@@ -1,10 +1,10 @@
 """Rename rules: how each producer layout's tensor names become the names an engine loads.
 
-The rules are data, in the style of vLLM's `WeightsMapper`: ordered prefix (and substring) maps, no
-branches. For each producer layout, `RULES` lists candidate mappers in order of preference. Which
+The rules are data, `engines.mapper.WeightsMapper` (the one rename type, also the rows'): ordered prefix
+(and substring) maps, no branches. For each producer layout, `RULES` lists candidate mappers in order of preference. Which
 one applies to an engine is not written down per release: `choose` asks the engine's profile, via
-`replay.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
-with the profile's own legacy renames switched off, so the result does not lean on an engine's
+`engines.keys.resolve_key`, and keeps the first candidate under which every key loads *natively*, i.e.
+with the profile's own renames switched off (its drops kept), so the result does not lean on an engine's
 compatibility path (SGLang >= 0.5.12 and vLLM accept `midlayer.` only through such a rename).
 """
 
@@ -14,49 +14,25 @@ from dataclasses import dataclass, replace
 
 from .coverage import CRASHED, DERIVED, DROPPED, IGNORED, LOADED, TRAINING_ONLY
 from .layouts import MIDLAYER_LAYOUT, PREFIXED_LAYOUT, SPECULATORS_LAYOUT, UNKNOWN_LAYOUT, is_training_only
-from .replay import PAIRED, pair_of, resolve_key
-
-
-@dataclass(frozen=True)
-class WeightsMapper:
-    """Renames as data: substring maps, then prefix maps, each applied in order to the evolving name."""
-
-    description: str
-    orig_to_new_substr: tuple[tuple[str, str], ...] = ()
-    orig_to_new_prefix: tuple[tuple[str, str], ...] = ()
-
-    def map(self, name: str) -> str:
-        for old, new in self.orig_to_new_substr:
-            name = name.replace(old, new)
-        for old, new in self.orig_to_new_prefix:
-            if name.startswith(old):
-                name = new + name[len(old):]
-        return name
-
-    def __add__(self, other: "WeightsMapper") -> "WeightsMapper":
-        """This mapper, then `other`."""
-        if other.orig_to_new_substr and self.orig_to_new_prefix:
-            raise ValueError("cannot chain a substring map after a prefix map in one mapper")
-        return WeightsMapper(f"{self.description}, then {other.description}",
-                             self.orig_to_new_substr + other.orig_to_new_substr,
-                             self.orig_to_new_prefix + other.orig_to_new_prefix)
+from .engines.keys import PAIRED, pair_of, resolve_key
+from .engines.mapper import WeightsMapper
 
 
 KEEP = WeightsMapper("keep the names")
 # SGLang 0.4.x-0.5.11 name the single decoder layer `midlayer` (docs/engine-facts.md: "SGLang's EAGLE-3 loader")
-LAYERS_TO_MIDLAYER = WeightsMapper("layers.0. -> midlayer.", orig_to_new_prefix=(("layers.0.", "midlayer."),))
+LAYERS_TO_MIDLAYER = WeightsMapper.of("layers.0. -> midlayer.", prefix=(("layers.0.", "midlayer."),))
 # speculators' layout, which vLLM and SGLang >= 0.5.12 load natively
-MIDLAYER_TO_LAYERS = WeightsMapper("midlayer. -> layers.0.", orig_to_new_prefix=(("midlayer.", "layers.0."),))
+MIDLAYER_TO_LAYERS = WeightsMapper.of("midlayer. -> layers.0.", prefix=(("midlayer.", "layers.0."),))
 # keys saved with an engine's `model.` parameter prefix; engines that always add it would double it
-STRIP_MODEL = WeightsMapper("strip model.", orig_to_new_prefix=(("model.", ""),))
+STRIP_MODEL = WeightsMapper.of("strip model.", prefix=(("model.", ""),))
 
 # EAGLE 3.1's per-aux norms under their other names (docs/engine-facts.md: "EAGLE 3.1"): every release that
 # builds the norm reads `fc_norm.N`; SGLang from 0.5.12 renames the legacy `aux_norm_*` itself and finds
 # `model.fc_norm.N` too, vLLM and llama.cpp take neither
-NORM_NAMES = WeightsMapper("aux_norm_low/mid/high and model.fc_norm. -> fc_norm.N",
-                           orig_to_new_substr=(("aux_norm_low.", "fc_norm.0."), ("aux_norm_mid.", "fc_norm.1."),
-                                               ("aux_norm_high.", "fc_norm.2.")),
-                           orig_to_new_prefix=(("model.fc_norm.", "fc_norm."),))
+NORM_NAMES = WeightsMapper.of("aux_norm_low/mid/high and model.fc_norm. -> fc_norm.N",
+                              substr=(("aux_norm_low.", "fc_norm.0."), ("aux_norm_mid.", "fc_norm.1."),
+                                      ("aux_norm_high.", "fc_norm.2.")),
+                              prefix=(("model.fc_norm.", "fc_norm."),))
 
 # producer layout -> candidate mappers, most preferred first
 RULES: dict[str, tuple[WeightsMapper, ...]] = {
@@ -78,7 +54,7 @@ class Renaming:
 
 
 def _native(profile, name: str, params: dict) -> tuple[str, str]:
-    status, param, _, reason = resolve_key(replace(profile, legacy_renames=()), name, params)
+    status, param, _, reason = resolve_key(replace(profile, renames=profile.renames.drops_only()), name, params)
     if status == PAIRED:  # loads with its partner, into the fused parameter, when that exists
         fused = pair_of(profile, param)[1]
         status, param, reason = (LOADED, fused, "") if fused in params else (DROPPED, None, f"no parameter {fused}")

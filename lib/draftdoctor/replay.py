@@ -14,12 +14,17 @@ from __future__ import annotations
 
 from . import findings as F
 from .checkpoint import Checkpoint
-from .configs import FLAT, MISSING, SPECULATORS, DraftDims, config_format
-from .engines import CRASH, WARN, ParamSpec, Profile, parameters, resolve_engine
-from .layouts import detect_layout, is_training_only
-from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
+from .configs import FLAT, SPECULATORS, config_format
+from .configrules import config_problem, unmodelled_class
+from .engines import ParamSpec, Profile, parameters, resolve_engine
+from .engines.keys import PAIRED, pair_of, renamed, resolve_key
+from .layouts import detect_layout
+from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DROPPED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
                        UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
+
+
+__all__ = ["PAIRED", "config_problem", "pair_of", "renamed", "replay", "resolve_key", "unmodelled_class"]
 
 
 def _nbytes(shape, dtype_bytes: int) -> int:
@@ -27,89 +32,6 @@ def _nbytes(shape, dtype_bytes: int) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def _lookup(profile: Profile, name: str, params: dict) -> str | None:
-    return next((c for c in profile.lookup_names(name) if c in params), None)
-
-
-def renamed(profile: Profile, key: str) -> str:
-    """The key after the profile's legacy renames (substring; `^old`: only at the start)."""
-    name = key
-    for old, new in profile.legacy_renames:
-        if old.startswith("^"):
-            name = new + name[len(old) - 1:] if name.startswith(old[1:]) else name
-        elif old in name:
-            name = name.replace(old, new)
-    return name
-
-
-PAIRED = "paired"  # resolve_key's status for a key the loader holds until its partner arrives
-
-
-def resolve_key(profile: Profile, key: str, params: dict) -> tuple[str, str | None, object, str]:
-    """Follow the profile's resolution steps for one key -> (status, parameter, shard, reason). A key
-    of a cached pair (`Profile.paired_keys`) gets PAIRED with the name it is looked up as; the replay
-    settles it when its partner arrives, or at the end."""
-    name = renamed(profile, key)
-    for sub, attribute in profile.derived_keys:
-        if sub in name:
-            return DERIVED, None, None, f"becomes the {attribute} attribute"
-    for sub in profile.ignored_keys:
-        if sub in name:
-            return IGNORED, None, None, f"{sub} is skipped by design"
-    for sub in profile.dropped_unless_built:
-        if sub in name and not any(sub in param for param in params):
-            return DROPPED, None, None, f"the config builds no {sub.strip('.')}; the loader drops it silently"
-    for sub, param in profile.renamed_keys:
-        if sub in name:
-            if param in params:
-                return LOADED, param, None, f"renamed to {param}"
-            return _unmatched(profile, key, param, profile.on_unmatched)
-    for weight_name, param_name, shard in profile.stacked:
-        if weight_name in name:
-            fused = name.replace(weight_name, param_name)
-            target = _lookup(profile, fused, params)
-            if target is None:
-                return _unmatched(profile, key, fused, profile.on_unmatched_stacked, params)
-            return LOADED, target, shard, ""
-    if any(first in name or second in name for first, second, _ in profile.paired_keys):
-        return PAIRED, profile.lookup_names(name)[-1], None, ""
-    target = _lookup(profile, name, params)
-    if target is None:
-        return _unmatched(profile, key, name, profile.on_unmatched, params)
-    return LOADED, target, None, ""
-
-
-def _failing_prefix(name: str, params) -> str:
-    """The part of `name` a module-tree loader (vLLM's AutoWeightsLoader) names when it cannot place
-    it: its components up to the first one no parameter path has at that place."""
-    parts = name.split(".")
-    paths = [p.split(".") for p in params]
-    depth = 0
-    while depth < len(parts) and any(p[:depth + 1] == parts[:depth + 1] for p in paths):
-        depth += 1
-    return ".".join(parts[:depth + 1])
-
-
-def _unmatched(profile: Profile, key: str, tried: str, on_unmatched: tuple[str, str], params=()):
-    policy, message = on_unmatched
-    if is_training_only(key) and policy != CRASH:
-        return TRAINING_ONLY, None, None, "training-only tensor; no engine parameter exists for it"
-    last = profile.lookup_names(tried)[-1]  # the name the engine looked up last
-    if key.endswith(profile.unmatched_skipped_suffixes):
-        return DROPPED, None, None, f"no parameter {last}; skipped silently (unexpected {key.rsplit('.', 1)[-1]} weights are ignored)"
-    inner = last.startswith("model.")
-    outer_module, inner_module = profile.module_names
-    prefix = _failing_prefix(last.removeprefix("model.") if inner else last,
-                             [p.removeprefix("model.") for p in params if p.startswith("model.") == inner])
-    said = (f': "{message.format(name=last, local=tried, key=key, prefix=prefix, module=inner_module if inner else outer_module)}"'
-            if message else "")
-    if policy == CRASH:
-        return CRASHED, None, None, f"no parameter {last}; the load fails{said}"
-    if policy == WARN:
-        return DROPPED, None, None, f"no parameter {last}; skipped with a warning{said}"
-    return DROPPED, None, None, f"no parameter {last}; skipped silently"
 
 
 def _iteration_order(checkpoint: Checkpoint, key_order: str = "sorted"):
@@ -120,119 +42,6 @@ def _iteration_order(checkpoint: Checkpoint, key_order: str = "sorted"):
             yield from (t.name for t in sorted(shard.tensors, key=lambda t: t.begin))
         else:
             yield from sorted(t.name for t in shard.tensors)
-
-
-def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.Finding | None:
-    """`replay-not-modelled` when a flat config names a draft class the release builds but the replay does
-    not model (`Profile.unmodelled_classes`), else None."""
-    if config_format(config) != FLAT:
-        return None
-    unmodelled = [a for a in profile.registry_names(config.get("architectures") or []) if a in profile.unmodelled_classes]
-    if not unmodelled:
-        return None
-    return F.finding("replay-not-modelled", (
-        f"{profile.engine} {release} builds {unmodelled[0]} for this draft, a draft class the replay does not "
-        f"model; `--loader real` runs {profile.engine} {release}'s own loader"))
-
-
-def speculators_type_problem(profile: Profile, release: str, checkpoint: Checkpoint) -> F.Finding | None:
-    """`config-unreadable` when the release's reader of speculators' config refuses its
-    `speculators_model_type`, or lacks a key that type needs (`Profile.speculators_types`), else None."""
-    kind = checkpoint.config.get("speculators_model_type")
-    if profile.speculators_types is None or kind is None:
-        return None
-    where, read = checkpoint.config_path, dict(profile.speculators_types)
-    if kind not in read:
-        said = dict(profile.speculators_refusals).get(
-            kind, "Expected one of: {...}. Please ensure you're loading a speculators-format model.")
-        return F.finding("config-unreadable", (
-            f"{where}: {profile.engine} {release} reads speculators_model_type {' or '.join(map(repr, read))} as an "
-            f"EAGLE-3 draft, not {kind!r}: \"{said}\""))
-    missing = [key for key in read[kind] if key not in checkpoint.config]
-    if missing:
-        return F.finding("config-unreadable", (
-            f"{where}: {profile.engine} {release} reads a {kind!r} speculators config only with {missing[0]!r} at its "
-            f"top level: \"KeyError: {missing[0]!r}\""))
-    return None
-
-
-def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims: DraftDims) -> F.Finding | None:
-    """Why the engine cannot read or build from this config, in the engine's own words where known."""
-    config, fmt = checkpoint.config, config_format(checkpoint.config)
-    where = str(checkpoint.config_path)
-    if fmt == MISSING:
-        return F.finding("config-unreadable", f"{where} does not exist; {profile.engine} needs it to build the draft")
-    if fmt not in profile.config_formats:
-        if fmt != FLAT:
-            return F.finding(
-                "config-unreadable",
-                f"{profile.engine} cannot read {where} ({fmt} format): \"Unrecognized model in "
-                f"{checkpoint.folder}. Should have a `model_type` key in its config.json\"; "
-                + ("this release's transformers (4.x) may instead take a model type named in the folder's path, "
-                   "and the build then fails: the server does not start either way; " if profile.model_type_from_path else "")
-                + f"`draftdoctor fix --engine {profile.engine}=={release}` writes the flat config it reads",
-            )
-    unmodelled = unmodelled_class(profile, release, config)
-    if unmodelled is not None:
-        return unmodelled
-    refused = speculators_type_problem(profile, release, checkpoint) if fmt == SPECULATORS else None
-    if refused is not None:
-        return refused
-    layer_type = (config.get("transformer_layer_config") or {}).get("model_type") or "llama"
-    if fmt == SPECULATORS and profile.speculators_classes and layer_type not in dict(profile.speculators_classes):
-        return F.finding("config-unreadable", (
-            f"{where}: {profile.engine} reads speculators' config by its layer model_type, and has no EAGLE-3 class "
-            f"for {layer_type!r}: \"Unsupported model_type {layer_type} for Eagle3 speculator\""))
-    architectures = config.get("architectures") or []
-    rewritten = dict(profile.rewritten_model_types).get(config.get("model_type")) if fmt == FLAT else None
-    if rewritten:
-        return F.finding("config-unreadable", (
-            f"{where}: {profile.engine} turns a draft of model_type {config.get('model_type')!r} into its MTP module "
-            f"before the registry: \"Model architectures ['{rewritten}'] are not supported for now\"; a model_type "
-            f"such as deepseek_v2 or kimi_k2 keeps {architectures[0] if architectures else 'the draft class'}"))
-    looked_up = profile.registry_names(architectures)
-    if fmt == FLAT and profile.builds_a_target_model(architectures):
-        return F.finding(
-            "loader-crash",
-            f"{where}: architectures {architectures} name a target model, not an EAGLE-3 draft: {profile.engine} "
-            f"builds a plain {looked_up[0]}, which has no fc and no draft layer, and its build or load fails (seen "
-            f"with SGLang's own loaders); `draftdoctor fix --engine {profile.engine}=={release}` writes its EAGLE-3 class",
-        )
-    if fmt == FLAT and not set(looked_up) & set(profile.architectures):
-        said = profile.unknown_architecture.format(architectures=looked_up, first=looked_up[0] if looked_up else None)
-        return F.finding(
-            "config-unreadable",
-            f"{where}: {profile.engine} has no EAGLE-3 draft class for architectures {architectures}: \"{said}\" "
-            f"(expected {profile.architectures[0]})",
-        )
-    if profile.needs_draft_vocab_size and "draft_vocab_size" not in config \
-            and "draft_vocab_size" not in (config.get("transformer_layer_config") or {}):
-        return F.finding("loader-crash", f"{where}: {profile.engine} {release}: {profile.needs_draft_vocab_size}")
-    if profile.q_lora_required and dims.q_lora_rank is None:
-        return F.finding("loader-crash", f"{where}: q_lora_rank is null; {profile.engine} {release} raises "
-                                         f"\"{profile.q_lora_required}\" while building the draft")
-    if fmt == FLAT and profile.null_target_hidden_crashes and "target_hidden_size" in config \
-            and config["target_hidden_size"] is None:
-        return F.finding(
-            "loader-crash",
-            f"{where}: target_hidden_size is null; {profile.engine} computes target_hidden_size * "
-            "num_aux and fails (\"unsupported operand type(s) for *: 'NoneType' and 'int'\"). Remove the field.",
-        )
-    if fmt == FLAT and "draft_vocab_size" in config and config["draft_vocab_size"] is None \
-            and profile.null_draft_vocab_error:
-        return F.finding(
-            "loader-crash",
-            f"{where}: draft_vocab_size is null; {profile.engine} {profile.first}–{profile.last} sizes lm_head from "
-            f"it and fails (\"{profile.null_draft_vocab_error}\"); later releases take the head from the target. "
-            "Set it to the head's row count.",
-        )
-    if dims.num_layers != 1 and profile.single_layer_error:
-        return F.finding(
-            "loader-crash",
-            f"{profile.engine} {profile.first}–{profile.last} builds one decoder layer and raises "
-            f"\"{profile.single_layer_error}\" for num_hidden_layers={dims.num_layers}",
-        )
-    return None
 
 
 def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
@@ -317,13 +126,6 @@ def _nothing_loaded(report: CoverageReport) -> None:
     for k in report.keys:
         if k.status == LOADED:
             k.status, k.param, k.shard, k.reason = NOT_REACHED, None, None, "the load failed, and it loads all or nothing"
-
-
-def pair_of(profile: Profile, name: str) -> tuple[str, str]:
-    """(partner's looked-up name, fused parameter name) of a key of a cached pair (`Profile.paired_keys`)."""
-    first, second, fused_sub = next(p for p in profile.paired_keys if p[0] in name or p[1] in name)
-    partner = name.replace(first, second) if first in name else name.replace(second, first)
-    return partner, (partner if first in partner else name).replace(first, fused_sub)
 
 
 def _settle_pair(profile: Profile, ks: KeyStatus, name: str, held: dict, specs: dict, params: dict, findings: list) -> bool:

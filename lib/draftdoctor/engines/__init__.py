@@ -1,8 +1,9 @@
 """Engine profiles: every fact that differs by engine and release, as data, and the one lookup.
 
-`profile.py` defines what a row holds (`Profile`: building and loading the draft; `ServingFacts`:
-what a served release spells and reports) and turns a row and a draft's dimensions into the engine's
-parameter list; `sglang.py` and `vllm.py` hold the rows. `resolve_engine` turns a spec such as
+`profile.py` defines what a row holds (`Profile`: building and loading the draft, one record per
+loading stage, `stages.py`; `ServingFacts`: what a served release spells and reports), `build.py` turns a
+row and a draft's dimensions into the engine's parameter list; `sglang.py`, `vllm.py` and `llamacpp.py`
+hold the rows. `resolve_engine` turns a spec such as
 "sglang==0.5.10" into an `Engine` value once, at the edges; every module takes that value;
 `serving_facts` finds a release's serving row. Adding a release is one new row (and a serving row
 where the kit serves it) and a test.
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 from . import llamacpp, sglang, vllm
 from ..configs import FLAT, SPECULATORS, config_format, layer_config
-from .profile import (CRASH, SKIP, STACKED, WARN, EngineSpecError, ParamSpec, Profile, ServingFacts, fc_aux_count,
-                      from_target, identity_by_default, parameters, parse_version)
+from .build import ParamSpec, fc_aux_count, from_target, identity_by_default, parameters
+from .profile import CRASH, SKIP, STACKED, WARN, EngineSpecError, Profile, ServingFacts, parse_version
 
 __all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "ParamSpec", "Profile", "ServingFacts",
            "all_profiles", "fc_aux_count", "from_parameters", "from_target", "identity_by_default", "parameters",

@@ -23,43 +23,50 @@ Read from that source and proven with the converter and llama-server themselves 
 """
 
 from ..auxids import TOP_LEVEL
-from .profile import CRASH, Profile
+from .mapper import PREFIX, SUBSTR, WeightsMapper
+from .profile import CRASH, AuxCapture, Build, ConfigReading, KeyResolution, Profile, ServedDraft, Unwritten
 
 # HF names to GGUF names, in order (the converter's midlayer/layers.0 rename, then its Llama tensor map)
-_TO_GGUF = (
+_P, _S = PREFIX, SUBSTR
+_TO_GGUF = WeightsMapper("HF names -> GGUF names", (
     # the tensor map knows model.layers/embed_tokens/norm/lm_head with or without `model.`; the EAGLE-3
     # tensors (fc, d2t, input_norm) only by their bare names
-    ("^model.layers.", "layers."), ("^model.embed_tokens.", "embed_tokens."), ("^model.norm.", "norm."),
-    ("^model.lm_head.", "lm_head."), ("^midlayer.", "layers.0."), ("^layers.", "blk."),
-    ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
-    ("mlp.down_proj", "ffn_down"), ("post_attention_layernorm", "ffn_norm"), ("input_layernorm", "attn_norm"),
-    ("hidden_norm", "attn_norm_2"), ("^embed_tokens.", "token_embd."), ("^norm.", "output_norm."),
-    ("^lm_head.", "output."), ("^input_norm.", "enc.output_norm."),
-)
+    (_P, "model.layers.", "layers."), (_P, "model.embed_tokens.", "embed_tokens."), (_P, "model.norm.", "norm."),
+    (_P, "model.lm_head.", "lm_head."), (_P, "midlayer.", "layers.0."), (_P, "layers.", "blk."),
+    (_S, "self_attn.q_proj", "attn_q"), (_S, "self_attn.k_proj", "attn_k"), (_S, "self_attn.v_proj", "attn_v"),
+    (_S, "self_attn.o_proj", "attn_output"), (_S, "mlp.gate_proj", "ffn_gate"), (_S, "mlp.up_proj", "ffn_up"),
+    (_S, "mlp.down_proj", "ffn_down"), (_S, "post_attention_layernorm", "ffn_norm"),
+    (_S, "input_layernorm", "attn_norm"), (_S, "hidden_norm", "attn_norm_2"), (_P, "embed_tokens.", "token_embd."),
+    (_P, "norm.", "output_norm."), (_P, "lm_head.", "output."), (_P, "input_norm.", "enc.output_norm."),
+    (_S, "t2d", None),  # dropped by design
+))
 _UNMAPPED = (CRASH, "convert_hf_to_gguf.py cannot map {key!r} (\"Can not map tensor\"), or, for a name GGUF knows "
                     "such as fc.bias, llama-server's load fails (\"wrong number of tensors\")")
 
+_NOT_A_DRAFT = "the converter does not treat it as an EAGLE-3 draft (Can not map tensor 'fc.weight')"
+
 PROFILES = [
     Profile(
-        engine="llamacpp", first="0.3.36", last="0.3.36", naming="gguf",
-        architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
-                       "LlamaForCausalLM"),
-        layer_prefix="blk.{i}.",
-        single_layer_error="num_hidden_layers != 1: the converter does not treat it as an EAGLE-3 draft "
-                           "(Can not map tensor 'fc.weight')",
-        needs_draft_vocab_size="without draft_vocab_size the converter does not treat it as an EAGLE-3 draft "
-                               "(Can not map tensor 'fc.weight')",
-        legacy_renames=_TO_GGUF, derived_keys=(), renamed_keys=(("d2t", "d2t"),), ignored_keys=("t2d",),
-        prefix_rule="asis", stacked=(), on_unmatched=_UNMAPPED, on_unmatched_stacked=_UNMAPPED,
-        unwritten_fails="llama-server: check_tensor_dims: tensor '{name}' not found", loads_all_or_nothing=True,
-        fc_bias="never", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=True,
-        norm_before_fc_from=(TOP_LEVEL,),  # conversion/llama.py: the raw config.json's own key
-        supports_norm_before_residual=True, vocab_map_param="d2t", vocab_map_always=True,
-        embed_from_target=False, from_target_when_absent=("embed", "lm_head"), config_formats=("flat", "speculators"),
-        null_target_hidden_crashes=False,  # the target's hidden_size then
-        aux_ids_from=(TOP_LEVEL,), aux_capture_offset=0, aux_capturable=(0, 0), aux_repeats=True,
-        chain_position_offset=0, counts_accepted="before_eos", drafts_within_budget=True,
-        unknown_architecture="the converter has no EAGLE-3 path for {architectures}",
+        engine="llamacpp", first="0.3.36", last="0.3.36",
+        config=ConfigReading(
+            architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
+                           "LlamaForCausalLM"),
+            config_formats=("flat", "speculators"),
+            unknown_architecture="the converter has no EAGLE-3 path for {architectures}",
+            needs_draft_vocab_size=f"without draft_vocab_size {_NOT_A_DRAFT}",
+            norm_before_fc_from=(TOP_LEVEL,)),  # conversion/llama.py: the raw config.json's own key
+        build=Build(
+            naming="gguf", layer_prefix="blk.{i}.", single_layer_error=f"num_hidden_layers != 1: {_NOT_A_DRAFT}",
+            fc_bias="never", fc_aux_count_from=(), supports_fc_norm=False, supports_input_norm=True,
+            supports_norm_before_residual=True, vocab_map_param="d2t", vocab_map_always=True,
+            null_target_hidden_crashes=False),  # the target's hidden_size then
+        keys=KeyResolution(
+            renames=_TO_GGUF, derived_keys=(), renamed_keys=(("d2t", "d2t"),), prefix_rule="asis", stacked=(),
+            on_unmatched=_UNMAPPED, on_unmatched_stacked=_UNMAPPED),
+        unwritten=Unwritten(
+            embed_from_target=False, from_target_when_absent=("embed", "lm_head"), loads_all_or_nothing=True,
+            unwritten_fails="llama-server: check_tensor_dims: tensor '{name}' not found"),
+        aux=AuxCapture(aux_ids_from=(TOP_LEVEL,), aux_capture_offset=0, aux_capturable=(0, 0), aux_repeats=True),
+        serving=ServedDraft(chain_position_offset=0, counts_accepted="before_eos", drafts_within_budget=True),
     ),
 ]

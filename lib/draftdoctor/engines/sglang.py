@@ -15,7 +15,7 @@ norm_output, and the loader skips the norms' keys without a word; from 0.5.12 `f
 and `norm_output` feeds the post-norm state back; input_norm from 0.5.17.
 """
 
-from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts
+from .profile import CRASH, SKIP, STACKED, WARN, Profile, ServingFacts, WeightsMapper
 
 ONE_LAYER = "EAGLE3 currently only supports 1 layer"
 _SILENT = (SKIP, "")
@@ -32,7 +32,6 @@ _COMMON = dict(
     architectures=("LlamaForCausalLMEagle3",),
     derived_keys=(("d2t", "hot_token_id"),),
     renamed_keys=(),
-    ignored_keys=("t2d",),
     vocab_map_param=None,
     embed_from_target=True,
     config_formats=("flat",),
@@ -53,15 +52,17 @@ _COMMON = dict(
 _CHAIN_BEFORE_FORWARD, _CHAIN_AFTER_FORWARD = dict(chain_position_offset=1), dict(chain_position_offset=0)
 # no fc_norm, input_norm or norm_output: their keys match no parameter and are skipped like any other
 # (docs/engine-facts.md: "EAGLE 3.1")
-_MIDLAYER = dict(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, legacy_renames=(),
+_T2D = ("t2d",)  # skipped by design
+_MIDLAYER = dict(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, renames=WeightsMapper.of(drop=_T2D),
                  supports_fc_norm=False, supports_input_norm=False, fc_aux_count_from=(), **_CHAIN_BEFORE_FORWARD)
 _SILENT_FALLBACK = dict(prefix_rule="fallback", on_unmatched=_SILENT, on_unmatched_stacked=_SILENT, fc_bias="config")
 _TRANSFORMERS_4 = dict(model_type_from_path=True)  # the releases pinning transformers 4.x (up to 0.5.9)
 # fc_norm (one RMSNorm of the target's width per aux state) and norm_output from 0.5.12; a norm's key without
 # its flag is skipped silently, a built norm without its key stays at ones (docs/engine-facts.md: "EAGLE 3.1")
 _LAYERS = dict(layer_prefix="model.layers.{i}.", single_layer_error=None,
-               legacy_renames=(("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"),
-                               ("aux_norm_mid", "fc_norm.1"), ("aux_norm_high", "fc_norm.2")),
+               renames=WeightsMapper.of("legacy names", substr=(
+                   ("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"), ("aux_norm_mid", "fc_norm.1"),
+                   ("aux_norm_high", "fc_norm.2")), drop=_T2D),
                fc_aux_count_from=("num_aux_hidden_states", "eagle_config"), supports_fc_norm=True,
                supports_norm_output=True, resized_silently=_PAD_OR_NARROW, **_SILENT_FALLBACK, **_CHAIN_AFTER_FORWARD)
 _NULL_DRAFT_VOCAB = "unsupported operand type(s) for -: 'NoneType' and 'NoneType'"
@@ -94,7 +95,8 @@ PROFILES = [
     *(Profile(
         first=first, last=last, draft_class="mla",
         layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER,
-        legacy_renames=(("^layers.0.", "midlayer."),),  # re.sub(r"^layers\.0\.", "midlayer.", name): anchored
+        # re.sub(r"^layers\.0\.", "midlayer.", name): anchored
+        renames=WeightsMapper.of("layers.0. -> midlayer.", prefix=(("layers.0.", "midlayer."),), drop=_T2D),
         prefix_rule="always",
         on_unmatched=(WARN, "Eagle3 MLA: skipping unexpected weight {key}"),
         on_unmatched_stacked=(WARN, "Eagle3 MLA: skipping unexpected weight {key}"),

@@ -29,7 +29,7 @@ draft does not reach. `docs/research/vllm-eagle3-by-release.md` has notes for 0.
 """
 
 from ..auxids import EAGLE_CONFIG, TOP_LEVEL
-from .profile import CRASH, STACKED, Profile
+from .profile import CRASH, STACKED, Profile, WeightsMapper
 
 # AutoWeightsLoader: the first component of the name that matches no module, in the module holding it
 _NO_PARAMETER = (CRASH, "ValueError: There is no module or parameter named {prefix!r} in {module}")
@@ -46,10 +46,10 @@ _COMMON = dict(
     speculators_types=_EAGLE3_TYPE,
     architectures=("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3Speculator", "Eagle3DraftModel"),
     layer_prefix="model.layers.{i}.", single_layer_error=None,
-    legacy_renames=(("midlayer.", "layers.0."),),
+    # mask_hidden: P-EAGLE's, skipped with a warning unless parallel drafting
+    renames=WeightsMapper.of("midlayer. -> layers.0.", substr=(("midlayer.", "layers.0."),), drop=("t2d", "mask_hidden")),
     derived_keys=(),
     renamed_keys=(("d2t", "draft_id_to_target_id"),),
-    ignored_keys=("t2d", "mask_hidden"),  # mask_hidden: P-EAGLE's, skipped with a warning unless parallel drafting
     # load_weights: skip/map to None "input_norm." unless norm_before_fc; no such rule for fc_norm
     # (docs/engine-facts.md: "EAGLE 3.1")
     dropped_unless_built=("input_norm.",),
@@ -108,7 +108,8 @@ _BEFORE_0_22 = dict(fc_aux_count_from=(), supports_fc_norm=False, supports_norm_
 # before 0.18.0 no input_norm (norm_before_fc) either: its key is a KeyError like any other
 _BEFORE_0_18 = _BEFORE_0_22 | dict(supports_input_norm=False, dropped_unless_built=())
 # before 0.16.0 qkv_proj has no bias and `mask_hidden` (P-EAGLE) is a key like any other
-_BEFORE_0_16 = _BEFORE_0_18 | dict(qkv_bias_from_config=False, ignored_keys=("t2d",))
+_BEFORE_0_16 = _BEFORE_0_18 | dict(qkv_bias_from_config=False, renames=WeightsMapper.of(
+    "midlayer. -> layers.0.", substr=(("midlayer.", "layers.0."),), drop=("t2d",)))
 _V1_RUNNER = dict(aux_ids_from=(TOP_LEVEL, EAGLE_CONFIG), unmodelled_classes=_MLA, **_DICT_LOADER)
 _V2_RUNNER = dict(aux_ids_from=(TOP_LEVEL,), unmodelled_classes=_MLA, **_DICT_LOADER)  # 0.23-0.24, as above
 
@@ -155,7 +156,8 @@ _SINCE_0_34 = _SINCE_0_30 | dict(first="0.34.0", last="0.34.0", speculators_type
 _MLA_ROW = dict(
     draft_class="mla", architectures=_MLA, module_names=("Eagle3DeepseekV2ForCausalLM", "DeepseekV2Eagle3Model"),
     stacked=(*STACKED[3:], (".q_a_proj", ".fused_qkv_a_proj", 0), (".kv_a_proj_with_mqa", ".fused_qkv_a_proj", 1)),
-    ignored_keys=("t2d",), dropped_unless_built=(), supports_input_norm=False, lm_head_when_tied=True,
+    renames=WeightsMapper.of("midlayer. -> layers.0.", substr=(("midlayer.", "layers.0."),), drop=("t2d",)),
+    dropped_unless_built=(), supports_input_norm=False, lm_head_when_tied=True,
     # update_eagle3 has no MLA class (speculators' config cannot carry one); deepseek_v3 becomes the MTP module
     config_formats=("flat",), model_types=("deepseek_v2", "kimi_k2"))
 PROFILES += [
