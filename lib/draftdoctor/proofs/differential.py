@@ -209,8 +209,10 @@ def disagreements(name: str, played, real, engine: str, folder: Path) -> list[st
     if want != got and not (crashed and engine.startswith("vllm")):
         diff = {n: (want.get(n), got.get(n)) for n in want.keys() | got.keys() if want.get(n) != got.get(n)}
         out.append(f"{name}: parameter statuses (replay, real) differ: {diff}")
-    codes_want = sorted({(f.code, f.severity) for f in played.findings})
-    codes_got = sorted({(f.code, f.severity) for f in real.findings})
+    # `not-checked` says what the kit did not check here (a draft above this machine's memory budget is built on
+    # the meta device), which depends on the memory free at that moment, not on the loader: no claim to compare
+    codes_want = sorted({(f.code, f.severity) for f in played.findings if f.code != "not-checked"})
+    codes_got = sorted({(f.code, f.severity) for f in real.findings if f.code != "not-checked"})
     if codes_want != codes_got:
         out.append(f"{name}: findings replay {codes_want} != real {codes_got}\n"
                    f"  real says: {[f.message[:200] for f in real.findings]}")
