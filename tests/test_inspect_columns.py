@@ -134,7 +134,7 @@ PARTS = ["model", "layers", "midlayer", "0", "7", "12", "0123456789" * 3, "mlp",
 @given(keys=st.lists(st.lists(st.sampled_from(PARTS), min_size=1, max_size=6).map(".".join), max_size=10))
 def test_layer_prefixes_agree_with_one_match_per_key(keys):
     heads = {m[0] for m in map(LAYER_HEAD.match, keys) if m}
-    assert layer_prefixes(keys) == tuple(sorted(heads, key=lambda h: int(LAYER_HEAD.match(h).group(1) or -1)))
+    assert layer_prefixes(keys) == tuple(sorted(heads, key=lambda h: (int(LAYER_HEAD.match(h).group(1) or -1), h)))
 
 
 @settings(max_examples=1000, deadline=None, database=None)

@@ -41,9 +41,10 @@ class Layout:
 
 
 def layer_prefixes(keys) -> tuple[str, ...]:
-    """The distinct decoder-layer prefixes among `keys`, in layer order (`midlayer.` first)."""
+    """The distinct decoder-layer prefixes among `keys`, in layer order (`midlayer.` first), prefixes of
+    one layer in text order (not the set's, which changes with the process's string hashing)."""
     heads = each_beginning(list(keys), _head) - {None}  # once per distinct beginning: 10^5 keys in a target
-    return tuple(sorted(heads, key=lambda head: int(LAYER_HEAD.match(head).group(1) or -1)))
+    return tuple(sorted(heads, key=lambda head: (int(LAYER_HEAD.match(head).group(1) or -1), head)))
 
 
 def _head(key: str) -> str | None:
