@@ -72,28 +72,3 @@ def test_the_copy_starts_before_numpy_is_imported(draft, tmp_path):
             f"'replay', '--out', {str(tmp_path / 'out')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr.strip() == "False", proc.stderr
-
-
-@pytest.mark.parametrize("raised", [None, KeyboardInterrupt])
-def test_the_judging_beside_the_copy_hands_the_gil_back_quickly_and_the_interval_is_restored(draft, tmp_path,
-                                                                                             monkeypatch, raised):
-    """While the plan is judged beside the copy, a thread waiting for the GIL (the copy, the comparison,
-    after each system call) takes it within rewriter.SWITCH_INTERVAL, not Python's 5 ms; afterwards,
-    and after an interrupt, the interval is what it was."""
-    before, seen = sys.getswitchinterval(), []
-    scan = values.scan
-
-    def scan_and_look(*args, **kwargs):
-        seen.append(sys.getswitchinterval())
-        if raised:
-            raise raised()
-        return scan(*args, **kwargs)
-
-    monkeypatch.setattr(values, "scan", scan_and_look)
-    plan = plan_fix(draft("speculators"), "sglang==0.5.10", judge=False)
-    if raised:
-        with pytest.raises(raised):
-            apply_fix(plan, tmp_path / "out")
-    else:
-        assert apply_fix(plan, tmp_path / "out").ok
-    assert seen == [pytest.approx(rewriter.SWITCH_INTERVAL, rel=0.01)] and sys.getswitchinterval() == before

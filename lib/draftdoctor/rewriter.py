@@ -14,7 +14,6 @@ import errno
 import os
 import queue
 import shutil
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,6 @@ from .errors import UserError
 CHUNK = 4 << 20  # copied in one call, then read back from SRC and DST and compared
 COMPARE_PIECE = 64 << 10  # read back in pieces this size: the two buffers stay in the core's own cache
 VERIFY_LAG = 16  # chunks the comparison may trail the copy by: the copy never waits on a briefly busy core
-# while a copy runs beside Python work (`Background`): how soon a thread waiting for the GIL takes it
-SWITCH_INTERVAL = 0.0002
 
 
 class RewriteError(UserError):
@@ -41,18 +38,12 @@ class Background:
     """`work(stop)` run in a thread of its own while this thread does something else (`fix` judges its
     plan while the shards are copied). `result()` waits for what it returns, or raises what it raised;
     leaving the with-block before that (an exception, Ctrl-C) sets `stop`, which the copy reads at
-    each chunk, and waits for the thread: nothing is still writing once the block is left.
-
-    While it runs, a thread waiting for the GIL takes it within SWITCH_INTERVAL rather than Python's
-    5 ms: the copy and the comparison each need it back after every system call, and the work beside
-    them (imports, the value scan, the replay) holds it for long stretches of Python; with 5 ms the
-    copy moved at about two thirds of its speed meanwhile. Python's own interval is put back after."""
+    each chunk, and waits for the thread: nothing is still writing once the block is left."""
 
     def __init__(self, work):
         self.stop = threading.Event()
         self._outcome: list = []
         self._thread = threading.Thread(target=self._run, args=(work,), name="draftdoctor-write", daemon=True)
-        self._interval = sys.getswitchinterval()
 
     def _run(self, work) -> None:
         try:
@@ -61,12 +52,7 @@ class Background:
             self._outcome.append((False, e))
 
     def __enter__(self) -> "Background":
-        sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL))
-        try:
-            self._thread.start()
-        except BaseException:
-            sys.setswitchinterval(self._interval)
-            raise
+        self._thread.start()
         return self
 
     def result(self):
@@ -79,7 +65,6 @@ class Background:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self._thread.join()
-        sys.setswitchinterval(self._interval)
 
 
 @dataclass(frozen=True)
