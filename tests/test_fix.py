@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from draftdoctor import fix as fixmod
+from draftdoctor import fixwrite as fixmod
 from draftdoctor import rewriter
 from draftdoctor.checkpoint import PAGE, open_checkpoint
 from draftdoctor.configrewrite import RECORD_KEY, rewrite_config

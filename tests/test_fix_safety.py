@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from draftdoctor import fix as fixmod
+from draftdoctor import fixwrite as fixmod
 from draftdoctor.fix import MARKER, FixError, apply_fix, plan_fix
 
 

@@ -1,7 +1,7 @@
 """`inspect` at the speed of reading headers: the column-at-once paths agree with the entry-by-entry
 ones they stand in for, on generated input, and a valid header makes no object per tensor.
 
-The header reader checks 10^5 entries as whole columns (`checkpoint._columns`) and hands anything odd
+The header reader checks 10^5 entries as whole columns (`headers._columns`) and hands anything odd
 to the entry-by-entry validator; layouts match a regular expression once per distinct key beginning;
 inspect writes its rows by one %-format each and its JSON strings by one orjson call per column.
 """
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from draftdoctor import cli, tables
 from draftdoctor.beginnings import each_beginning, per_beginning
-from draftdoctor.checkpoint import (DTYPE_BITS, CheckpointError, _check_packing, _tensor_info, open_checkpoint,
-                                    read_header)
+from draftdoctor.checkpoint import DTYPE_BITS, CheckpointError, open_checkpoint, read_header
+from draftdoctor.headers import _check_packing, _tensor_info
 from draftdoctor.layouts import LAYER_HEAD, layer_prefixes
 from draftdoctor.synthwrite import write_shards
 from draftdoctor.tables import human_bytes, module_totals, shape_texts, tensor_columns
