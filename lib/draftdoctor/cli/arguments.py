@@ -88,7 +88,9 @@ def serving_arguments(p) -> None:
                                     "picks the vLLM release that serves (default: the tested one, 0.32.0), another "
                                     "engine's release serves each draft as that release's loader leaves it")
     p.add_argument("--loader", choices=["replay", "real"], default="replay",
-                   help="reference backend: how the emulated release's loader is reproduced")
+                   help="reference backend: how the emulated release's loader is reproduced; replay by default, "
+                        "not auto as for check, so that a measurement loads a draft the same way on every machine, "
+                        "whichever real loaders are installed there")
     p.add_argument("--num-steps", type=positive_int, default=4, help="--speculative-num-steps")
     p.add_argument("--guard", action="store_true",
                    help="the guard in the server's own process: it stops the server before it is ready (exit "
