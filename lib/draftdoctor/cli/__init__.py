@@ -114,7 +114,7 @@ def _handle_signals() -> None:
 
 
 def main(argv=None) -> int:
-    from ..toolstate import keep_out_of_home
+    from ..toolstate import keep_out_of_home  # not needed for --help or a usage error
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parser_for(argv).parse_args(argv)

@@ -70,7 +70,7 @@ def prediction(args):
     """What the command's --target and prediction flags ask for: a PredictionSpec, or False."""
     if args.no_predict or not args.target:
         return False
-    from ..diagnose import prediction_spec
+    from ..diagnose import prediction_spec  # check's and fix's: every parser imports this module
 
     spec = prediction_spec(args.target, prompts=args.prompts, num_prompts=args.num_prompts,
                            new_tokens=args.new_tokens, num_steps=args.num_steps, device=args.device)
