@@ -120,3 +120,21 @@ def test_top_level_help_says_what_the_kit_is_for():
     assert proc.returncode == 0
     assert "gets no acceptance once served" in proc.stdout and "fix DRAFT --engine E --target T" in proc.stdout
     assert "only module" not in proc.stdout  # not how the module is built
+
+
+def test_every_loader_default_is_checks_or_says_why_not():
+    """One word per idea: `--loader` means the same choice everywhere; a command whose default is not
+    `check`'s (auto) says why in its help, and docs/cli.md says it too."""
+    from draftdoctor.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    defaults = {}
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.dest == "loader":
+                defaults[name] = action.default
+                assert action.default == "auto" or "not auto as for check, so that" in action.help, name
+    assert defaults == {"check": "auto", "fix": "auto", "serve": "replay", "bench": "replay"}
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    assert "`replay` by default, not `auto` as for `check`, so that" in docs

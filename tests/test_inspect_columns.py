@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from draftdoctor import cli, tables
+from draftdoctor.cli import inspect as inspect_command, render
 from draftdoctor.beginnings import each_beginning, per_beginning
 from draftdoctor.checkpoint import DTYPE_BITS, CheckpointError, open_checkpoint, read_header
 from draftdoctor.headers import _check_packing, _tensor_info
@@ -121,7 +122,7 @@ def test_a_valid_header_makes_no_object_per_tensor(tmp_path):
     write_shards(tmp_path, {f"layers.{i}.w": ("BF16", (4, 2)) for i in range(6)}, 2)
     ckpt = open_checkpoint(tmp_path)
     assert all(shard._tensors is None for shard in ckpt.shards)
-    cli._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path)]), io.StringIO())
+    inspect_command._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path)]), io.StringIO())
     assert all(shard._tensors is None for shard in ckpt.shards) and ckpt._tensors is None
     assert [t.name for t in ckpt.tensors.values()] == ckpt.keys() == [n for s in ckpt.shards for n in s.names]
     assert ckpt.index["weight_map"] == json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
@@ -163,9 +164,9 @@ def hostile(tmp_path):
 
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 14])
 def test_json_rows_are_the_table(hostile, chunk, monkeypatch):
-    monkeypatch.setattr(cli, "CHUNK_LINES", chunk)
+    monkeypatch.setattr(inspect_command, "CHUNK_LINES", chunk)
     out = io.StringIO()
-    cli._inspect(cli.build_parser().parse_args(["inspect", str(hostile), "--format", "json"]), out)
+    inspect_command._inspect(cli.build_parser().parse_args(["inspect", str(hostile), "--format", "json"]), out)
     doc = json.loads(out.getvalue())
     table = tensor_columns(open_checkpoint(hostile))
     assert doc["tensors"] == [dict(zip(table, (m, n, d, list(s), b, f))) for m, n, d, s, b, f in zip(*table.values())]
@@ -175,10 +176,10 @@ def test_json_rows_are_the_table(hostile, chunk, monkeypatch):
 
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 14])
 def test_text_is_the_table_in_aligned_columns(hostile, chunk, monkeypatch):
-    """The rows as `_text_columns` lays out any table (header, a line per module, then its tensors)."""
-    monkeypatch.setattr(cli, "CHUNK_LINES", chunk)
+    """The rows as `render.text_columns` lays out any table (header, a line per module, then its tensors)."""
+    monkeypatch.setattr(inspect_command, "CHUNK_LINES", chunk)
     out = io.StringIO()
-    cli._inspect(cli.build_parser().parse_args(["inspect", str(hostile)]), out)
+    inspect_command._inspect(cli.build_parser().parse_args(["inspect", str(hostile)]), out)
     table = tensor_columns(open_checkpoint(hostile))
     cells, start = [[], [], [], [], []], 0
     shapes = [s or "scalar" for s in shape_texts(table["shape"])]
@@ -192,7 +193,7 @@ def test_text_is_the_table_in_aligned_columns(hostile, chunk, monkeypatch):
                 column.append(cell)
         start += count
     expected = io.StringIO()
-    cli._text_columns(cells, ["name", "dtype", "shape", "bytes", "file"], expected)
+    render.text_columns(cells, ["name", "dtype", "shape", "bytes", "file"], expected)
     assert out.getvalue().startswith(expected.getvalue()) and "\n12 tensors," in out.getvalue()
 
 

@@ -236,7 +236,7 @@ def test_bench_defaults_work_from_any_folder(fixed_draft, tmp_path):
 def test_request_progress_is_a_bar_on_a_terminal_and_a_few_lines_off_one():
     import io
 
-    from draftdoctor.cli import RequestProgress
+    from draftdoctor.cli.bench import RequestProgress
 
     class Terminal(io.StringIO):
         def isatty(self):

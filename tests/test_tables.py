@@ -4,6 +4,7 @@ import csv
 import io
 
 from draftdoctor import cli
+from draftdoctor.cli import inspect as inspect_command
 from draftdoctor.checkpoint import open_checkpoint
 from draftdoctor.synthwrite import write_shards
 from draftdoctor.tables import module_totals, shape_texts, tensor_columns
@@ -51,7 +52,7 @@ def test_shape_texts():
 def test_csv_quotes_what_needs_it_and_matches_the_table(tmp_path):
     ckpt = table_of(tmp_path)
     out = io.StringIO()
-    cli._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path), "--format", "csv"]), out)
+    inspect_command._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path), "--format", "csv"]), out)
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
     table = tensor_columns(ckpt)
     assert [r["name"] for r in rows] == table["name"] and "weird,name \"quoted\"" in table["name"]
@@ -63,7 +64,7 @@ def test_csv_without_special_characters_is_plain(tmp_path):
     tensors = {k: v for k, v in TENSORS.items() if "," not in k}
     table_of(tmp_path, tensors=tensors)
     out = io.StringIO()
-    cli._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path), "--format", "csv"]), out)
+    inspect_command._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path), "--format", "csv"]), out)
     lines = out.getvalue().splitlines()
     assert lines[0] == "module,name,dtype,shape,bytes,file"
     assert "layers.0,layers.0.mlp.up_proj.weight,BF16,4x8,64,model.safetensors" in lines
@@ -74,7 +75,7 @@ def test_csv_without_special_characters_is_plain(tmp_path):
 def test_text_table_aligns_columns_under_module_totals(tmp_path):
     table_of(tmp_path)
     out = io.StringIO()
-    cli._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path)]), out)
+    inspect_command._inspect(cli.build_parser().parse_args(["inspect", str(tmp_path)]), out)
     lines = out.getvalue().splitlines()
     header = lines[0]
     assert header.split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "FILE"]

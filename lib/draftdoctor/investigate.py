@@ -243,3 +243,28 @@ def investigate(params_file, out, cell_timeout: float = 900.0, progress=None, ov
     results = [investigate_one(r, out / r["name"], cell_timeout=cell_timeout, progress=progress) for r in runs]
     write_summary(out, results)
     return results
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """The bundled demo's investigation as `draftdoctor demo` runs it: its parameters file, what is run in
+    place of the file's parameters, and the note saying why."""
+
+    params: Path
+    override: dict | None = None
+    note: str | None = None
+
+
+def demo_run() -> DemoRun:
+    """The demo's parameters (package data). Where they ask for a release's own loader that is not installed
+    here, the drafts are loaded as the kit's replay of it says, and the note says so and how to install it."""
+    from .realload.registry import REAL_LOADERS, installed_releases
+    from .toolstate import DEMO
+
+    path = DEMO / "investigate.yaml"
+    [params] = load_params(path)
+    if params.get("loader") == "real" and params["release"] not in installed_releases(params["engine"]):
+        spec, hint = f"{params['engine']}=={params['release']}", REAL_LOADERS[params["engine"]].install_hint(params["release"])
+        return DemoRun(path, {"loader": "replay"}, f"{spec}'s own loader is not installed here ({hint} installs it, about "
+                                                   "a minute): the drafts are loaded as the kit's replay of it says")
+    return DemoRun(path)

@@ -124,3 +124,16 @@ def port_holder(port: int, pgid: int) -> str:
         return NONE
     held = socket_inodes(group_pids(pgid))
     return OURS if all(listener.inode in held for listener in on_port) else FOREIGN
+
+
+def reachable_from(host: str) -> str | None:
+    """What a server bound to `host` is reachable from, when that is more than this machine ("every
+    network interface", or the addresses `host` resolves to); None for a loopback address."""
+    import socket
+
+    addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    if all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        return None
+    if any(ipaddress.ip_address(a.split("%")[0]).is_unspecified for a in addresses):
+        return "every network interface"
+    return f"{', '.join(sorted(addresses))}, not loopback"

@@ -2,7 +2,9 @@
 
 One function per step builds the step's record, writes it (atomically) as the step's JSON file and
 returns it; `investigate` and `report` read the records back through `load_step` by the same names.
-The bench step (05) writes `results.json` itself (`serving.bench.write_results`).
+The bench step (05) writes `results.json` itself (`serving.bench.write_results`). Before any work,
+`unwritable_folder` and `unwritable_file` say why an output place cannot be written (a read-only or
+full file system, a file or folder in the way), so the command refuses in one line, not later.
 """
 
 from __future__ import annotations
@@ -17,6 +19,44 @@ KEYS, NAMES, COVERAGE, FIX, RESULTS = "keys", "names", "coverage", "fix", "resul
 def safe_name(name) -> bool:
     """Whether `name` can name a file or folder inside an output folder without leaving it."""
     return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name) is not None and name not in (".", "..")
+
+
+def unwritable_folder(folder) -> str | None:
+    """Why nothing can be written in `folder` ("cannot write there (...)"), or None: it is made (if
+    missing) and written to once, and what the probe made is removed again (a later refusal leaves
+    nothing behind)."""
+    import os
+
+    folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # what the probe makes, then removes
+    probe = folder / f".draftdoctor-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"x")
+    except OSError as e:
+        return f"cannot write there ({e.strerror or e})"
+    finally:
+        for path in (probe, *made):
+            try:
+                path.rmdir() if path.is_dir() else path.unlink()
+            except OSError:
+                pass
+    return None
+
+
+def unwritable_file(path) -> str | None:
+    """Why `path` cannot be appended to ("is a folder; give a file name", "cannot write there (...)"), or
+    None; its folder and the (empty) file are made where missing, as the writer would."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder; give a file name"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        return f"cannot write there ({e.strerror or e})"
+    return None
 
 
 def write_atomically(path: Path, text: str) -> Path:

@@ -58,3 +58,27 @@ BACKENDS = {
 }
 # the client's own bound: one thread and one connection per request in flight
 MAX_CONCURRENCY = 256
+
+
+def guard_refusal(backend: str) -> str | None:
+    """Why `--guard` cannot run with `backend` (the guard runs inside an engine's own server process),
+    or None where it can."""
+    if BACKENDS[backend].guard is not None:
+        return None
+    offered = ", ".join(name for name, row in BACKENDS.items() if row.guard)
+    return (f"--guard: the guard runs inside an engine's own server process (--backend {offered}); "
+            f"{BACKENDS[backend].display} is not one")
+
+
+def exposure_warning(backend: str, host: str) -> str | None:
+    """What serving `backend` on `host` exposes, when it listens beyond loopback: who can send it
+    requests, and whether it asks them for authentication; None on loopback."""
+    from ..listeners import reachable_from
+
+    exposed = reachable_from(host)
+    if not exposed:
+        return None
+    row = BACKENDS[backend]
+    return (f"--host {host} listens on {exposed}: anyone who can reach this machine there can send the server "
+            "requests" + ("" if row.authenticated else f" ({row.display} asks for no authentication)")
+            + "; the kit's default is 127.0.0.1")

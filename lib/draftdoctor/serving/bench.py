@@ -68,6 +68,35 @@ class BenchInputError(PromptsError):
     """A prompts file or draft list that cannot be used."""
 
 
+def draft_pairs(values) -> list[tuple[str, str]]:
+    """`--draft NAME=PATH` values as (name, path) pairs; BenchInputError for a malformed one, a name that
+    cannot name a file in the output folder (it names the server log there), or a name given twice."""
+    from ..runs import safe_name
+
+    pairs = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise BenchInputError(f"--draft expects NAME=PATH, got {value!r}")
+        if not safe_name(name):
+            raise BenchInputError(f"--draft NAME {name!r} must be a plain file name (letters, digits, . _ -; not . "
+                                  "or ..): it names the server log under --out")
+        pairs.append((name, path))
+    if len({n for n, _ in pairs}) != len(pairs):
+        raise BenchInputError("--draft names must differ")
+    return pairs
+
+
+def missing_input(backend: str, paths) -> str | None:
+    """The first of `paths` (the target, the drafts) that does not exist, as "PATH: no such file or folder",
+    where `backend` runs here (a GPU host's SGLang may name a hub id); else None."""
+    if BACKENDS[backend].runs_here:
+        for path in paths:
+            if not Path(path).exists():
+                return f"{path}: no such file or folder"
+    return None
+
+
 MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json larger than this is not read to count prompt tokens
 
 
