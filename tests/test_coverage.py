@@ -146,7 +146,7 @@ def test_fc_width_follows_eagle_config_ids_only(draft):
 
 def test_newest_sglang_renames_legacy_midlayer(draft):
     report = check(draft("midlayer"), "sglang")
-    assert report.engine == "sglang==0.5.23" and codes(report) == set()
+    assert report.engine.spec == "sglang==0.5.23" and codes(report) == set()
     assert all(p.name.startswith(("model.layers.0.", "model.", "lm_head")) for p in report.params)
 
 

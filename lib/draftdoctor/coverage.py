@@ -16,7 +16,7 @@ from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
 from .configs import ConfigFieldUnread, ConfigValueError, DraftDims, config_format
 from .frames import frame
-from .engines import ParamSpec, Profile, from_target, identity_by_default
+from .engines import EngineRelease, ParamSpec, Profile, from_target, identity_by_default
 from .layouts import Layout, detect_layout
 from .statuses import KeyFate, ParamFate
 
@@ -61,7 +61,7 @@ class ParamStatus:
 class CoverageReport:
     """What an engine's loader would do with a checkpoint, and what that means."""
 
-    engine: str
+    engine: EngineRelease  # the release whose loader it is (its `.spec` in JSON and text)
     loader: str  # replay | real
     path: str
     layout: Layout
@@ -100,7 +100,7 @@ class CoverageReport:
 
     def to_dict(self) -> dict:
         return {
-            "engine": self.engine,
+            "engine": self.engine.spec,
             "loader": self.loader,
             "loader_detail": self.loader_detail,
             "path": self.path,

@@ -25,7 +25,7 @@ from .configs import FLAT, SPECULATORS, config_format, rewrite_config
 from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        PAIR_REASON, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
-from .engines import parameters, resolve_engine
+from .engines import EngineRelease, expect_release, parameters
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
 from .realload.registry import REAL_LOADERS
@@ -42,13 +42,13 @@ class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
 
 
-def real_check(checkpoint, engine, timeout: float = 180.0, target_config: dict | None = None) -> CoverageReport:
+def real_check(checkpoint, engine: EngineRelease, timeout: float = 180.0, target_config: dict | None = None) -> CoverageReport:
     """The coverage report of `engine`'s own loader on a checkpoint (a path or an open `Checkpoint`);
     `target_config` (vLLM): the target's config, which decides e.g. whether a vocab-map parameter exists."""
     return real_checks([checkpoint], engine, timeout=timeout, target_config=target_config)[0]
 
 
-def real_checks(checkpoints, engine, timeout: float | None = None, target_config: dict | None = None) -> list[CoverageReport]:
+def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None, target_config: dict | None = None) -> list[CoverageReport]:
     """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
     import json
 
@@ -56,8 +56,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     from .realload.childenv import scratch as scratch_for
     from .realload.registry import RealLoaderError, installed_releases
 
-    engine = resolve_engine(engine)
-    profile, release = engine.profile, engine.release
+    profile, release = expect_release(engine).profile, engine.release
     if release not in REAL_LOADERS[engine.name].releases:
         have = "; ".join(f"{name} {', '.join(row.releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
                          f"{row.install_hint()})" for name, row in REAL_LOADERS.items())
@@ -83,7 +82,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
             target_file = Path(scratch) / "target-config.json"
             target_file.write_text(json.dumps(target_config))
         try:
-            raws = run_real_loaders(folders + list(converted.values()), release, engine=engine.name,
+            raws = run_real_loaders(folders + list(converted.values()), release, engine_name=engine.name,
                                     target_config=target_file, meta_for=over,
                                     timeout=timeout or 120.0 + 30.0 * (len(folders) + len(converted)))
         except (RealLoaderError, ValueError, FileNotFoundError) as e:
@@ -109,12 +108,12 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     return reports
 
 
-def claimed_bytes(checkpoint: Checkpoint, engine, target_config: dict | None = None) -> int:
+def claimed_bytes(checkpoint: Checkpoint, engine: EngineRelease, target_config: dict | None = None) -> int:
     """About how much memory `engine`'s real loader takes to build this draft, from what its config
     claims (not from the size of its files: a 335 kB draft may claim a 200000 x 8192 vocabulary):
     every parameter the engine creates, at the config's dtype; the rotary cache engines build at load
     (max positions x head dim, float32); and what the check itself builds per vocabulary entry."""
-    engine = resolve_engine(engine)
+    expect_release(engine)
     dims = draft_dims(checkpoint)
     config = checkpoint.config or {}
     total = build_bytes((p.shape for p in parameters(engine.profile_for(config), dims)), dtype_bytes(config))
@@ -164,10 +163,9 @@ def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
                                      f" the draft{where}: {message}")
 
 
-def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
+def from_real(raw: dict, checkpoint, engine: EngineRelease) -> CoverageReport:
     """Map a `realload` report onto a CoverageReport (loader "real")."""
-    engine = resolve_engine(engine)
-    profile = engine.profile_for(checkpoint.config)
+    profile = expect_release(engine).profile_for(checkpoint.config)
     dims = draft_dims(checkpoint)
     specs = {p.name: p for p in parameters(profile, dims)}
     bytes_per = dominant_dtype_bytes(checkpoint)
@@ -238,7 +236,7 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
                                   nbytes=t.nbytes))
     if error:
         findings.insert(0, _error_finding(error, checkpoint, engine))
-    report = CoverageReport(engine=engine.spec, loader="real", path=str(checkpoint.path),
+    report = CoverageReport(engine=engine, loader="real", path=str(checkpoint.path),
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,
                             findings=findings, loader_detail=overlay_detail(raw))

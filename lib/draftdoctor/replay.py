@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import findings as F
 from .checkpoint import Checkpoint
 from .configs import FLAT, MISSING, SPECULATORS, DraftDims, config_format
-from .engines import CRASH, WARN, ParamSpec, Profile, parameters, resolve_engine
+from .engines import CRASH, WARN, EngineRelease, ParamSpec, Profile, expect_release, parameters
 from .layouts import detect_layout, is_training_only
 from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
@@ -235,10 +235,9 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
     return None
 
 
-def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
-    """The coverage report of loading `checkpoint` with `engine`'s profile (an Engine, or a spec
-    such as 'sglang==0.5.10')."""
-    engine = resolve_engine(engine)
+def replay(checkpoint: Checkpoint, engine: EngineRelease) -> CoverageReport:
+    """The coverage report of loading `checkpoint` with `engine`'s profile."""
+    expect_release(engine)
     profile, release = engine.profile_for(checkpoint.config), engine.release
     dims = draft_dims(checkpoint)
     dtype_bytes = dominant_dtype_bytes(checkpoint)
@@ -293,7 +292,7 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
             crashed = _settle_pair(profile, ks, target, held, specs, params, findings)
         keys.append(ks)
     report = CoverageReport(
-        engine=engine.spec, loader="replay", path=str(checkpoint.path),
+        engine=engine, loader="replay", path=str(checkpoint.path),
         layout=detect_layout(checkpoint.tensors, checkpoint.config), config_format=config_format(checkpoint.config),
         params=list(params.values()), keys=keys, findings=findings,
     )

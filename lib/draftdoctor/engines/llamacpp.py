@@ -42,7 +42,7 @@ _UNMAPPED = (CRASH, "convert_hf_to_gguf.py cannot map {key!r} (\"Can not map ten
 
 PROFILES = [
     Profile(
-        engine="llamacpp", first="0.3.36", last="0.3.36", naming="gguf",
+        engine_name="llamacpp", first="0.3.36", last="0.3.36", naming="gguf",
         architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
                        "LlamaForCausalLM"),
         layer_prefix="blk.{i}.",

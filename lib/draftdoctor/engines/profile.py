@@ -54,9 +54,14 @@ class ParamSpec:
 class ReleaseRange:
     """An engine's releases `first` to `last`, both inclusive: what every row is keyed by."""
 
-    engine: str
+    engine_name: str  # "sglang" | "vllm" | "llamacpp"
     first: str
     last: str
+
+    @property
+    def engine(self) -> str:
+        """Deprecated: the old name of `engine_name`, kept for one release; use `engine_name`."""
+        return self.engine_name
 
     def contains(self, version: str) -> bool:
         return parse_version(self.first) <= parse_version(version) <= parse_version(self.last)
@@ -224,7 +229,8 @@ class Profile(ReleaseRange):
 
     @property
     def spec(self) -> str:
-        return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+        return (f"{self.engine_name}=={self.first}" if self.first == self.last
+                else f"{self.engine_name} {self.first}–{self.last}")
 
     def assumptions(self) -> str:
         """What this row says its releases do with a draft, in a few words drawn from its fields (so they
