@@ -362,3 +362,16 @@ def test_a_readable_config_gets_no_dims_finding_and_an_impossible_value_is_exit_
     folder = _edit_config(draft("midlayer", config="flat"), lambda c: c.update(hidden_size="abc"))
     with pytest.raises(CheckpointError, match="hidden_size must be a whole number"):
         check(folder, "sglang==0.5.10", predict=False)
+
+
+def test_an_inner_function_refuses_a_spec_string_naming_the_parameter(draft):
+    """Below the edges an engine release is an EngineRelease: a spec string is refused loudly (a TypeError
+    naming the parameter), never resolved a second time; the edge (`check`) still takes the spec."""
+    from draftdoctor.replay import replay
+
+    ckpt = open_checkpoint(draft("midlayer"))
+    with pytest.raises(TypeError, match=r"^engine must be an EngineRelease .* not str 'sglang==0.5.10'"):
+        replay(ckpt, "sglang==0.5.10")
+    engine = resolve_engine("sglang==0.5.10")
+    assert replay(ckpt, engine).engine is engine
+    assert check(draft("midlayer"), "sglang==0.5.10", predict=False).engine == engine

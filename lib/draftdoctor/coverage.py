@@ -72,6 +72,9 @@ class CoverageReport:
     prediction: object = None  # a `predict.Prediction` when `check` had a target to run the draft on
     # how a real loader ran when not as the release's own CPU build (realcheck.overlay_detail), else ""
     loader_detail: str = ""
+    # the row of the draft class the report was made with (`engine.profile_for(config)`), computed once
+    # per verdict: what `diagnose` checks the rest with
+    profile: Profile | None = field(default=None, repr=False, compare=False)
 
     @property
     def errors(self) -> list[F.Finding]:

@@ -45,17 +45,18 @@ def diagnose(checkpoint: Checkpoint, engine: EngineRelease, loader: str = "repla
     dims, unread = read_dims(checkpoint)
     if chosen_loader(engine, loader) == "real":
         try:
-            report = real_check(checkpoint, engine, target_config=target_config)
+            report = real_check(checkpoint, engine, target_config=target_config, dims=dims)
         except RealCheckError as e:
             if loader != "auto":
                 raise
-            report = replay(checkpoint, engine)  # auto: the replay answers when the real loader cannot
+            report = replay(checkpoint, engine, dims)  # auto: the replay answers when the real loader cannot
             report.findings.append(F.finding("not-checked", f"the {engine} real loader could not run ({str(e)[:300]}); "
                                                             "the replay ran instead", severity=F.INFO))
     else:
-        report = replay(checkpoint, engine)
+        report = replay(checkpoint, engine, dims)
     report.findings += [unread] if unread is not None else []
-    report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
+    # the draft-class row the report was made with: computed once per verdict, as its dims were
+    report.findings += draft_checks(checkpoint, report.profile, dims, target_config)
     if values is None:
         values = scan(checkpoint, dims.vocab_size, dims.draft_vocab_size)
     report.findings += value_findings(values, report)

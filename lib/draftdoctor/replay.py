@@ -235,11 +235,12 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
     return None
 
 
-def replay(checkpoint: Checkpoint, engine: EngineRelease) -> CoverageReport:
-    """The coverage report of loading `checkpoint` with `engine`'s profile."""
+def replay(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None = None) -> CoverageReport:
+    """The coverage report of loading `checkpoint` with `engine`'s profile; `dims`: the checkpoint's
+    (`draft_dims`) when the caller has read them already."""
     expect_release(engine)
     profile, release = engine.profile_for(checkpoint.config), engine.release
-    dims = draft_dims(checkpoint)
+    dims = draft_dims(checkpoint) if dims is None else dims
     dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
     params = {
@@ -294,7 +295,7 @@ def replay(checkpoint: Checkpoint, engine: EngineRelease) -> CoverageReport:
     report = CoverageReport(
         engine=engine, loader="replay", path=str(checkpoint.path),
         layout=detect_layout(checkpoint.tensors, checkpoint.config), config_format=config_format(checkpoint.config),
-        params=list(params.values()), keys=keys, findings=findings,
+        params=list(params.values()), keys=keys, findings=findings, profile=profile,
     )
     for p in report.params:
         settle_unwritten(p, profile, dims, specs[p.name], checkpoint.tensors)
