@@ -127,3 +127,47 @@ def test_every_finding_code_is_in_the_readme():
     table = (ROOT / "README.md").read_text().split("## Finding codes")[1].split("\n## ")[0]
     listed = {code for row in re.findall(r"^\| ([^|]+) \|", table, re.MULTILINE) for code in re.findall(r"`([a-z0-9-]+)`", row)}
     assert set(CODES) - listed == set()
+
+
+# (file, the table's header line as it begins, engine when the first column names none, one line per row)
+RELEASE_TABLES = [
+    ("docs/engine-facts.md", "| releases (rows) | decoder module |", "sglang", False),
+    ("docs/engine-facts.md", "| releases (rows) | builds |", None, False),
+    ("docs/real-loaders.md", "| profile row (Llama class) |", None, True),
+]
+
+
+def table_ranges(text: str, header: str, engine: str | None) -> list[tuple[str, str, str]]:
+    """The (engine, first, last) of each line of the table that begins with `header`."""
+    lines = text[text.index(header):].splitlines()[2:]
+    out = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        cell = line.strip("|").split("|")[0].strip()
+        name, _, span = cell.partition(" ") if engine is None else (engine, "", cell)
+        first, _, last = (part.strip() for part in span.partition("–"))
+        out.append((name, first, last or first))
+    return out
+
+
+@pytest.mark.parametrize("name, header, engine, exact", RELEASE_TABLES, ids=[t[1][2:30] for t in RELEASE_TABLES])
+def test_every_release_range_in_a_docs_table_is_a_run_of_rows(name, header, engine, exact):
+    """A table of release ranges splits where the rows split: each range begins at a row's first release and ends
+    at a row's last, the ranges of one engine follow one another with no gap and cover its every row (one line per
+    row where the table says it lists rows). A row added, or split, without its line in the docs fails here."""
+    stated_ranges = table_ranges(_text(name), header, engine)
+    assert stated_ranges, (name, header)
+    for eng in dict.fromkeys(e for e, _, _ in stated_ranges):
+        rows = sorted(((p.first, p.last) for p in engines.all_profiles() if p.engine == eng and p.draft_class == "llama"),
+                      key=lambda r: parse_version(r[0]))
+        spans = [(first, last) for e, first, last in stated_ranges if e == eng]
+        if exact:
+            assert spans == rows, (name, eng, spans, rows)
+            continue
+        firsts, lasts = [r[0] for r in rows], [r[1] for r in rows]
+        assert spans[0][0] == firsts[0] and spans[-1][1] == lasts[-1], (name, eng, spans, rows)
+        for (first, last), (following, _) in zip(spans, spans[1:] + [(None, None)]):
+            assert first in firsts and last in lasts, (name, eng, first, last, rows)
+            if following is not None:
+                assert firsts.index(following) == lasts.index(last) + 1, (name, eng, last, following, rows)
