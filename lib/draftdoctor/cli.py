@@ -244,11 +244,22 @@ def _csv(columns: list[list], header: list[str], out) -> None:
         out.write(chunk + "\n")
 
 
+def _releases(specs):
+    """--engine's words as EngineRelease values, resolved once here, where they enter (one spec, a list of
+    them, or None); the serving commands resolve theirs with their backend's default (`_serving_engine`)."""
+    from .engines import resolve_engine
+
+    if specs is None:
+        return None
+    return [resolve_engine(s) for s in specs] if isinstance(specs, list) else resolve_engine(specs)
+
+
 def cmd_check(args, out) -> int:
     from .diagnose import check
     from .tables import shape_texts
 
-    report = check(args.path, args.engine, loader=args.loader, target=args.target, predict=_prediction(args))
+    report = check(args.path, _releases(args.engine), loader=args.loader, target=args.target,
+                   predict=_prediction(args))
     warned = any(f.severity == "warning" for f in report.findings)
     status = EXIT_FINDINGS if report.errors or (args.strict and warned) else EXIT_OK
     if args.format == "json":
@@ -284,7 +295,7 @@ def cmd_fix(args, out) -> int:
     from .tables import human_bytes
 
     # writing, the plan is judged (`check` on the result: values, replay, prediction) while the copy is written
-    plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader,
+    plan = plan_fix(args.path, _releases(args.engine), target=args.target, loader=args.loader,
                     head_from_target=args.head_from_target, predict=_prediction(args),
                     judge=args.plan or args.out is None)
     if args.plan:
@@ -418,7 +429,7 @@ def _serve_config(args):
 
 
 def _serving_engine(args):
-    """(Engine or None, label): the release served (sglang: --engine, else the installed one; vllm:
+    """(EngineRelease or None, label): the release served (sglang: --engine, else the installed one; vllm:
     --engine, else the tested one) or emulated (reference: --engine, else the default), decided here
     once for serve and bench, by the backend's module."""
     from .serving.launcher import backend_module
@@ -577,7 +588,7 @@ def cmd_bench(args, out) -> int:
 def cmd_compare(args, out) -> int:
     from .compare import SAME_BYTES, compare
 
-    result = compare(args.a, args.b, args.engine, args.target)
+    result = compare(args.a, args.b, _releases(args.engine), args.target)
     status = EXIT_OK if result.same else EXIT_FINDINGS
     if args.format == "json":
         json.dump(result.to_dict(), out, indent=1)

@@ -89,13 +89,13 @@ class GuardVerdict:
 def rows_of(engine_name: str, release: str) -> list:
     """The kit's rows for `engine_name` `release` (a release it does not know: the engine's newest, as `judge`
     reads it): what the guard judges there."""
-    from ..engines import all_profiles, resolve_engine
+    from ..engines import EngineRelease, all_profiles
     from ..errors import UserError
 
     try:
-        release = resolve_engine(f"{engine_name}=={release}").release
+        release = EngineRelease.of(engine_name, release).release
     except UserError:
-        release = resolve_engine(engine_name).release
+        release = EngineRelease.newest(engine_name).release
     return [p for p in all_profiles() if p.engine_name == engine_name and p.contains(release)]
 
 
@@ -126,7 +126,7 @@ def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, open
     from ..realcheck import from_real
 
     notes = []
-    try:
+    try:  # the running engine's own words for its release: the guard's edge
         engine = resolve_engine(engine_spec)
     except UserError:  # a release the kit has no row for: its engine's newest row, said so
         engine = resolve_engine(engine_spec.partition("==")[0])
