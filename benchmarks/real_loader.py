@@ -42,13 +42,13 @@ def main():
         for release in [r for r in REAL_LOADERS[engine].ci_releases if r in installed_releases(engine)]:
             spec = f"{engine}=={release}"
             os.environ["DRAFTDOCTOR_REALLOAD_WORKER"] = "0"
-            cold = [timed(lambda: run_real_loader(FOLDER, release, engine=engine)) for _ in range(args.runs)]
+            cold = [timed(lambda: run_real_loader(FOLDER, release, engine_name=engine)) for _ in range(args.runs)]
             os.environ["DRAFTDOCTOR_REALLOAD_WORKER"] = "1"
             first, warm = [], []
             for _ in range(args.runs):
                 stop_worker(engine, release)
-                first.append(timed(lambda: run_real_loader(FOLDER, release, engine=engine)))
-                warm.append(timed(lambda: run_real_loader(FOLDER, release, engine=engine)))
+                first.append(timed(lambda: run_real_loader(FOLDER, release, engine_name=engine)))
+                warm.append(timed(lambda: run_real_loader(FOLDER, release, engine_name=engine)))
             stop_worker(engine, release)
             replay = [timed(lambda: diagnose.check(FOLDER, spec, loader="replay")) for _ in range(args.runs)]
             c, f, w, r = (statistics.median(x) for x in (cold, first, warm, replay))

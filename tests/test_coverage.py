@@ -146,7 +146,7 @@ def test_fc_width_follows_eagle_config_ids_only(draft):
 
 def test_newest_sglang_renames_legacy_midlayer(draft):
     report = check(draft("midlayer"), "sglang")
-    assert report.engine == "sglang==0.5.23" and codes(report) == set()
+    assert report.engine.spec == "sglang==0.5.23" and codes(report) == set()
     assert all(p.name.startswith(("model.layers.0.", "model.", "lm_head")) for p in report.params)
 
 
@@ -379,3 +379,16 @@ def test_the_one_rename_type_keeps_order_anchors_and_drops():
     vllm_style = WeightsMapper.of("", substr=(("midlayer.", "layers.0."),), prefix=(("layers.", "model.layers."),))
     assert vllm_style.map("midlayer.fc") == "model.layers.0.fc"  # substring maps first, then prefixes
     assert (vllm_style + gguf).map("midlayer.self_attn.q_proj") == "model.layers.0.attn_q"
+
+
+def test_an_inner_function_refuses_a_spec_string_naming_the_parameter(draft):
+    """Below the edges an engine release is an EngineRelease: a spec string is refused loudly (a TypeError
+    naming the parameter), never resolved a second time; the edge (`check`) still takes the spec."""
+    from draftdoctor.replay import replay
+
+    ckpt = open_checkpoint(draft("midlayer"))
+    with pytest.raises(TypeError, match=r"^engine must be an EngineRelease .* not str 'sglang==0.5.10'"):
+        replay(ckpt, "sglang==0.5.10")
+    engine = resolve_engine("sglang==0.5.10")
+    assert replay(ckpt, engine).engine is engine
+    assert check(draft("midlayer"), "sglang==0.5.10", predict=False).engine == engine

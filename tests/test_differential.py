@@ -27,7 +27,8 @@ RELEASES = [(e, r) for e in ("sglang", "vllm") for r in releases_under_test(e) i
 PUBLIC_RELEASES = [("sglang", "0.5.10"), ("sglang", "0.5.23"), ("vllm", "0.32.0"), ("vllm", "0.34.0")]
 
 
-def assert_agree(folders: dict, engine: str, timeout=None):
+def assert_agree(folders: dict, spec: str, timeout=None):
+    engine = resolve_engine(spec)
     # a class the replay does not model for the release is no claim (the sweep still tabulates it)
     folders = {name: f for name, f in folders.items() if not differential.not_modelled(replay(open_checkpoint(f), engine))}
     reals = real_checks(list(folders.values()), engine, timeout=timeout)
@@ -90,7 +91,7 @@ def test_transformers_4_reads_a_speculators_config_by_its_folders_name(tmp_path)
     from draftdoctor.synth import write_draft
 
     require_release("0.5.1.post3")
-    engine = "sglang==0.5.1.post3"
+    engine = resolve_engine("sglang==0.5.1.post3")
     named = write_draft(tmp_path / "llama-speculator", layout="speculators")
     plain = write_draft(tmp_path / "draft", layout="speculators")
     real_named, real_plain = real_checks([named, plain], engine)
@@ -102,7 +103,7 @@ def test_transformers_4_reads_a_speculators_config_by_its_folders_name(tmp_path)
         assert differential.only_wont_start(folder, engine)
         assert "folder's path" in next(f.message for f in played.errors if f.code == "config-unreadable")
         assert not differential.disagreements(folder.name, played, real, engine, folder)
-    assert not differential.only_wont_start(plain, "sglang==0.5.10")  # transformers 5: refused by format only
+    assert not differential.only_wont_start(plain, resolve_engine("sglang==0.5.10"))  # transformers 5: refused by format only
 
 
 def test_reference_backend_weights_are_the_same_with_the_real_loader():

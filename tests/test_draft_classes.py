@@ -35,7 +35,7 @@ def test_each_class_parameter_list_is_the_engines_own(drafts, engine, draft_clas
     assert profile.draft_class == draft_class
     from draftdoctor.realload import run_real_loader
 
-    raw = run_real_loader(folder, release, engine=name)
+    raw = run_real_loader(folder, release, engine_name=name)
     theirs = {p["name"]: tuple(p["shape"]) for p in raw["parameters"]}
     ours = {p.name: tuple(p.shape) for p in parameters(profile, draft_dims(checkpoint))}
     assert ours == theirs
@@ -49,11 +49,11 @@ def test_mla_fused_pair_one_without_the_other():
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_mla_draft(Path(tmp) / "d", drop=(f"{L}kv_a_proj_with_mqa.weight",))
-        sglang = replay(open_checkpoint(folder), "sglang==0.5.23")
+        sglang = replay(open_checkpoint(folder), resolve_engine("sglang==0.5.23"))
         fused = {p.name: p.status for p in sglang.params}["model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"]
         assert fused == "uninitialized" and [k.key for k in sglang.dropped] == [f"{L}q_a_proj.weight"]
         assert "never loads it, and says nothing" in sglang.dropped[0].reason
-        vllm = replay(open_checkpoint(folder), "vllm==0.32.0")
+        vllm = replay(open_checkpoint(folder), resolve_engine("vllm==0.32.0"))
         half = next(p for p in vllm.params if p.name.endswith("fused_qkv_a_proj.weight"))
         assert half.status == "partial" and half.shards_missing == ["1"]
 

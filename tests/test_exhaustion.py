@@ -14,6 +14,7 @@ import pytest
 
 from draftdoctor import resources
 from draftdoctor.synth import DraftShape, write_draft
+from draftdoctor.engines import resolve_engine
 
 from conftest import require_release
 
@@ -55,11 +56,11 @@ def test_the_claim_is_the_configs_not_the_files(tmp_path):
     folder = write_draft(tmp_path / "huge", HUGE_VOCAB, layout="midlayer")
     assert sum(f.stat().st_size for f in folder.iterdir()) < 32 << 20  # t2d: one byte a word
     checkpoint = open_checkpoint(folder)
-    claimed = claimed_bytes(checkpoint, "sglang==0.5.10")
+    claimed = claimed_bytes(checkpoint, resolve_engine("sglang==0.5.10"))
     # the embedding SGLang builds at the claimed vocabulary, in the config's dtype
     assert claimed >= 16_000_000 * 64 * resources.dtype_bytes(checkpoint.config)
     # llama.cpp's check also builds a stand-in vocabulary of the target's size
-    assert claimed_bytes(open_checkpoint(folder), "llamacpp") > claimed + 16_000_000 * 1000
+    assert claimed_bytes(open_checkpoint(folder), resolve_engine("llamacpp")) > claimed + 16_000_000 * 1000
 
 
 def _peak_child_rss(argv, env) -> tuple[subprocess.CompletedProcess, int]:

@@ -592,7 +592,7 @@ def test_sglang_own_loader_writes_every_parameter_of_the_fixed_draft(draft, tmp_
     engine = f"sglang=={release}"
     sources = [draft("speculators"), draft("prefixed"), draft("midlayer", config="speculators")]
     outputs = [apply_fix(plan_fix(src, engine), tmp_path / f"out-{i}").dst for i, src in enumerate(sources)]
-    before, *after = real_checks([sources[0], *outputs], engine)  # one child process: SGLang imported once
+    before, *after = real_checks([sources[0], *outputs], resolve_engine(engine))  # one child process: SGLang imported once
     assert before.errors  # the story's draft: layer dropped (<= 0.5.11) or config unreadable (0.5.23)
     for report in after:
         assert report.loader == "real"

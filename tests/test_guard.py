@@ -28,6 +28,7 @@ from conftest import releases_under_test, require_release
 
 from draftdoctor.guard import ENV
 from draftdoctor.guard.__main__ import STARTUP, blind_option
+from draftdoctor.engines import resolve_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
@@ -268,7 +269,7 @@ def test_sglang_guard_says_what_the_real_check_says(release, tmp_path):
         fixed = [apply_fix(plan_fix(DEMO / "draft-story", engine, target=DEMO / "target"), tmp_path / "fixed").dst]
     except FixBlocked:
         fixed = []
-    *checked_fixed, checked_story = real_checks([*fixed, DEMO / "draft-story"], engine)
+    *checked_fixed, checked_story = real_checks([*fixed, DEMO / "draft-story"], resolve_engine(engine))
     proc = _guarded_sglang_load(release, [*fixed, DEMO / "draft-story"], tmp_path)
     said = _guard_lines(proc.stderr)
     for checked in checked_fixed:
@@ -298,7 +299,7 @@ def test_sglang_guard_refuses_an_mla_draft_without_its_head(tmp_path):
     require_release("0.5.23")
     complete = write_mla_draft(tmp_path / "complete")
     headless = write_mla_draft(tmp_path / "no-lm-head", shape=DraftShape(draft_vocab=256), drop=("lm_head.weight",))
-    checked = real_checks([complete, headless], "sglang==0.5.23")
+    checked = real_checks([complete, headless], resolve_engine("sglang==0.5.23"))
     assert checked[1].uninitialized and not checked[0].uninitialized
     proc = _guarded_sglang_load("0.5.23", [complete, headless], tmp_path)
     said = _guard_lines(proc.stderr)
@@ -432,7 +433,7 @@ def test_judged_from_the_keys_alone_the_verdict_is_the_real_checks(tmp_path):
     engine = resolve_engine("vllm==0.32.0")
     good = apply_fix(plan_fix(DEMO / "draft-story", engine, target=DEMO / "target"), tmp_path / "fixed").dst
     no_layer = as_loaded_by(DEMO / "draft-story", resolve_engine("sglang==0.5.10"), tmp_path / "no-layer")
-    raws = run_real_loaders([good, no_layer], "0.32.0", engine="vllm")
+    raws = run_real_loaders([good, no_layer], "0.32.0", engine_name="vllm")
     for folder, raw in zip((good, no_layer), raws):
         config = read_config(folder)
         on_disk = from_real(raw, open_checkpoint(folder), engine)
@@ -483,7 +484,7 @@ def test_serve_guard_refuses_a_draft_without_its_decoder_layer(drafts):
     text = log.read_text()
     assert "Application startup complete." not in text  # stopped before it was ready
     # with the target's config, as the server has it: which parameters the proposer takes from the target
-    checked = real_check(no_layer, "vllm==0.32.0", target_config=json.loads((DEMO / "target" / "config.json").read_text()))
+    checked = real_check(no_layer, resolve_engine("vllm==0.32.0"), target_config=json.loads((DEMO / "target" / "config.json").read_text()))
     layer = [p.name for p in checked.uninitialized]
     assert layer and all(name in text for name in layer)
     said = [line.strip() for line in text.splitlines() if line.startswith("  ERROR")]

@@ -255,7 +255,7 @@ def test_a_warm_worker_listens_on_loopback_only(engine, release, tmp_path):
     require_release(release, engine)
     from draftdoctor.synth import write_draft
 
-    realload.run_real_loader(write_draft(tmp_path / "d", layout="midlayer", config="flat"), release, engine=engine)
+    realload.run_real_loader(write_draft(tmp_path / "d", layout="midlayer", config="flat"), release, engine_name=engine)
     pid = int(pool._worker_paths(engine, release)[1].read_text())
     found = listeners.group_listeners(pid)
     assert found, "a gloo group listens on loopback: the test must see it"

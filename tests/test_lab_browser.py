@@ -33,6 +33,7 @@ from draftdoctor.replay import replay
 from draftdoctor.diagnose import check
 from draftdoctor.lab import Lab
 from draftdoctor.tables import tensor_frame
+from draftdoctor.engines import resolve_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "build" / "test-artifacts" / "lab"
@@ -232,7 +233,7 @@ def test_01_dump_keys_filter_narrows_the_key_table(page, lab):
 
 def test_02_compare_names_engine_picker_changes_the_verdict(page, lab):
     ckpt = open_checkpoint(DEMO_DRAFT)
-    before, after = replay(ckpt, RELEASE).verdict, replay(ckpt, "sglang==0.5.23").verdict
+    before, after = replay(ckpt, resolve_engine(RELEASE)).verdict, replay(ckpt, resolve_engine("sglang==0.5.23")).verdict
     assert before != after
     run_notebook(page, lab, "02-compare-names.ipynb")
 
@@ -271,7 +272,8 @@ def test_04_apply_fix_verifies_the_fixed_draft(page, lab):
     text = cell(page, 4).locator(".jp-OutputArea").inner_text()
     assert "problems: none" in text and "check on the written draft: loads cleanly" in text
     fixed = json.loads((lab.root / "runs" / "scratch" / "fix.json").read_text())
-    assert replay(open_checkpoint(lab.root / "notebooks" / fixed["dst"]), RELEASE).verdict.startswith("loads cleanly")
+    fixed_report = replay(open_checkpoint(lab.root / "notebooks" / fixed["dst"]), resolve_engine(RELEASE))
+    assert fixed_report.verdict.startswith("loads cleanly")
     show(cell(page, 4))
 
 

@@ -12,12 +12,13 @@ from draftdoctor.serving.launcher import (
     READY_LINE, PortBusy, Server, ServeConfig, ServerCrashed, ServerHung, launch_args, server_command,
 )
 from draftdoctor.serving.ports import free_port
+from draftdoctor.engines import resolve_engine
 
 
 def test_sglang_command_for_the_story():
     config = ServeConfig(target="/m/kimi", draft="/m/draft", num_steps=4, topk=1, num_draft_tokens=5, port=30000,
                          tp_size=8, disable_cuda_graph=True)
-    argv = server_command("sglang", config, engine="sglang==0.5.10", python="python")
+    argv = server_command("sglang", config, engine=resolve_engine("sglang==0.5.10"), python="python")
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
     joined = " ".join(argv)
     assert "--model-path /m/kimi --speculative-algorithm EAGLE3 --speculative-draft-model-path /m/draft" in joined
@@ -169,7 +170,7 @@ def test_sglang_accepts_the_command_the_kit_builds_and_refuses_a_misspelled_flag
     config = ServeConfig(target=str(DEMO / "target"), draft=str(DEMO / "draft-story"), num_steps=4, topk=1,
                          num_draft_tokens=5, port=30000, disable_cuda_graph=True, cuda_graph_max_bs=8,
                          extra_args=["--enable-metrics"])
-    argv = server_command("sglang", config, engine=f"sglang=={release}")[3:]
+    argv = server_command("sglang", config, engine=resolve_engine(f"sglang=={release}"))[3:]
     assert set(launch_args(config, release)) <= set(argv)
     accepted, misspelled = parse_launch(release, [argv, argv + ["--enable-metricz"]])
     assert accepted["accepted"], accepted

@@ -14,6 +14,7 @@ from conftest import require_release
 
 from draftdoctor.diagnose import check
 from draftdoctor.synth import write_draft
+from draftdoctor.engines import resolve_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
@@ -56,10 +57,11 @@ def test_the_real_converter_and_loader_agree_with_the_replay(built, tmp_path):
     from draftdoctor.realcheck import real_checks
 
     cases = differential.write_cases(tmp_path, "llamacpp")
-    reals = real_checks(list(cases.values()), ENGINE, timeout=1800)
+    reals = real_checks(list(cases.values()), resolve_engine(ENGINE), timeout=1800)
     found = []
     for (name, folder), real in zip(cases.items(), reals):
-        found += differential.disagreements(name, replay(open_checkpoint(folder), ENGINE), real, ENGINE, folder)
+        found += differential.disagreements(name, replay(open_checkpoint(folder), resolve_engine(ENGINE)), real,
+                                            resolve_engine(ENGINE), folder)
     assert not found, "\n".join(found)
 
 

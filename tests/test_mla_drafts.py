@@ -9,6 +9,7 @@ from draftdoctor.cli import main
 from draftdoctor.diagnose import check
 from draftdoctor.realcheck import real_checks
 from draftdoctor.synth import DraftShape, write_mla_draft
+from draftdoctor.engines import resolve_engine
 
 CASES = {
     "complete": dict(),
@@ -29,7 +30,7 @@ def real(request, drafts):
     engine = request.param
     name, release = engine.split("==")
     require_release(release, name)
-    return engine, dict(zip(drafts, real_checks(list(drafts.values()), engine)))
+    return engine, dict(zip(drafts, real_checks(list(drafts.values()), resolve_engine(engine))))
 
 
 def statuses(report):
@@ -77,7 +78,7 @@ def test_the_replay_agrees_and_fix_writes_what_each_engine_loads(real, drafts, t
     code = main(["fix", str(drafts["complete"]), "--engine", engine, "--out", str(out)])
     assert code == 0, capsys.readouterr().out
     assert check(out, engine).verdict.startswith("loads cleanly")
-    assert not {f.code for f in real_checks([out], engine)[0].errors}
+    assert not {f.code for f in real_checks([out], resolve_engine(engine))[0].errors}
 
 
 def test_fix_refuses_an_mla_draft_for_a_release_without_the_class(drafts, tmp_path, capsys):

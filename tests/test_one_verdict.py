@@ -212,3 +212,29 @@ def test_the_eagle_repos_plain_llama_architecture(draft, target, tmp_path, capsy
     assert code == 1 and "loader-crash" in out and "builds a plain LlamaForCausalLM" in out
     code, out, _ = cli(capsys, "fix", src, "--engine", "sglang==0.5.10", "--target", target, "--out", tmp_path / "f")
     assert code == 0 and json.loads((tmp_path / "f" / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+
+
+def test_a_verdict_reads_the_draft_class_row_and_the_dims_once(draft, monkeypatch):
+    """`diagnose` reads the checkpoint's dims and its draft-class row (`EngineRelease.profile_for`) once and
+    hands them on (the replay, the checks beyond names), instead of each recomputing them."""
+    from draftdoctor import coverage, diagnose as verdict
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.engines import EngineRelease, resolve_engine
+
+    calls = {"profile_for": 0, "read_dims": 0}
+    profile_for, read_dims = EngineRelease.profile_for, coverage.read_dims
+
+    def counted_profile_for(self, config):
+        calls["profile_for"] += 1
+        return profile_for(self, config)
+
+    def counted_read_dims(checkpoint):
+        calls["read_dims"] += 1
+        return read_dims(checkpoint)
+
+    monkeypatch.setattr(EngineRelease, "profile_for", counted_profile_for)
+    monkeypatch.setattr(coverage, "read_dims", counted_read_dims)
+    monkeypatch.setattr(verdict, "read_dims", counted_read_dims)
+    report = verdict.diagnose(open_checkpoint(draft("speculators", config="flat")), resolve_engine("sglang==0.5.10"),
+                              values=[])
+    assert report.verdict and calls == {"profile_for": 1, "read_dims": 1}

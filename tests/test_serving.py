@@ -19,6 +19,7 @@ from draftdoctor.serving.bench import bench_drafts, load_prompts
 from draftdoctor.serving.client import avg_spec_accept_length, generate, run_bench, server_info
 from draftdoctor.serving.launcher import ServeConfig, ServerCrashed, serve, server_command
 from draftdoctor.serving.logs import parse_sglang_lines
+from draftdoctor.engines import resolve_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo"
@@ -53,7 +54,7 @@ def alive(pid):
 def server(fixed_draft, tmp_path_factory):
     log = tmp_path_factory.mktemp("log") / "server.log"
     with serve("reference", config(fixed_draft, extra_args=["--decode-log-interval", "5"]), log,
-               engine="sglang==0.5.10") as s:
+               engine=resolve_engine("sglang==0.5.10")) as s:
         yield s
 
 
@@ -155,20 +156,20 @@ def test_broken_draft_gives_accept_length_one(tmp_path):
 
 def test_refused_config_crashes_like_sglang_with_its_message(tmp_path):
     with pytest.raises(ServerCrashed) as e:
-        with serve("reference", config(DEMO / "draft-speculators"), tmp_path / "s.log", engine="sglang==0.5.23"):
+        with serve("reference", config(DEMO / "draft-speculators"), tmp_path / "s.log", engine=resolve_engine("sglang==0.5.23")):
             pass
     assert "Should have a `model_type` key" in str(e.value)
 
 
 def test_no_process_left_after_stop_crash_or_interrupt(fixed_draft, tmp_path):
     # after stop
-    s = serve("reference", config(fixed_draft), tmp_path / "a.log", engine="sglang==0.5.10")
+    s = serve("reference", config(fixed_draft), tmp_path / "a.log", engine=resolve_engine("sglang==0.5.10"))
     pid = s.process.pid
     s.stop()
     assert not alive(pid)
     # after a crash at start-up (refused config): the launcher reaps it
     with pytest.raises(ServerCrashed):
-        serve("reference", config(DEMO / "draft-speculators"), tmp_path / "b.log", engine="sglang==0.5.23")
+        serve("reference", config(DEMO / "draft-speculators"), tmp_path / "b.log", engine=resolve_engine("sglang==0.5.23"))
     # after KeyboardInterrupt in the caller (a `draftdoctor serve` process interrupted with SIGINT)
     cli = subprocess.Popen([sys.executable, "-m", "draftdoctor.cli", "serve", "--model-path", str(DEMO / "target"),
                             "--speculative-draft-model-path", str(fixed_draft), "--log", str(tmp_path / "c.log")],
@@ -183,7 +184,7 @@ def test_no_process_left_after_stop_crash_or_interrupt(fixed_draft, tmp_path):
 
 
 def test_reference_command_takes_sglang_flags():
-    argv = server_command("reference", ServeConfig("t", "d", port=1234, tp_size=2), engine="sglang==0.5.10",
+    argv = server_command("reference", ServeConfig("t", "d", port=1234, tp_size=2), engine=resolve_engine("sglang==0.5.10"),
                           loader="replay", python="python")
     assert argv[:3] == ["python", "-m", "draftdoctor.reference.server"]
     assert "--speculative-draft-model-path" in argv and argv[-4:] == ["--engine", "sglang==0.5.10", "--loader", "replay"]
@@ -292,7 +293,7 @@ def test_a_draft_that_fails_at_the_first_step_gets_an_answer_naming_the_cause(fi
 
     misfit = _with_top_level_ids(fixed_draft, tmp_path / "misfit")
     log = tmp_path / "s.log"
-    with serve("reference", config(misfit), log, engine="sglang==0.5.10") as s:
+    with serve("reference", config(misfit), log, engine=resolve_engine("sglang==0.5.10")) as s:
         for _ in range(2):
             with pytest.raises(ClientError, match="answered 500.*CaptureMismatch"):
                 generate(s.base_url, PROMPTS[0], max_new_tokens=4)

@@ -197,8 +197,8 @@ def _tensor_pairs(ca, cb) -> list[Pair]:
 
 def compare(a, b, engines=None, target=None) -> Comparison:
     """Pair every tensor of checkpoint `a` with one of `b` (see the module docstring), say how each
-    pair compares, and compare the configs by meaning on `engines` (Engine values or specs such as
-    "sglang==0.5.10"; default: every release whose engine reads both) for the target model at
+    pair compares, and compare the configs by meaning on `engines` (EngineRelease values or specs such as
+    "sglang==0.5.10": an edge, which a notebook calls with them; default: every release whose engine reads both) for the target model at
     `target` (its folder or config.json; None: its layer count unknown). Raises CheckpointError for
     a path that is not a readable checkpoint, or a target without a layer count."""
     engines = None if engines is None else [resolve_engine(e) for e in engines]

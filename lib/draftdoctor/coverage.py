@@ -16,7 +16,7 @@ from . import findings as F
 from .checkpoint import DTYPE_BITS, Checkpoint, CheckpointError
 from .configs import ConfigFieldUnread, ConfigValueError, DraftDims, config_format
 from .frames import frame
-from .engines import ParamSpec, Profile, from_target, identity_by_default
+from .engines import EngineRelease, ParamSpec, Profile, from_target, identity_by_default
 from .layouts import Layout, detect_layout
 from .statuses import KeyFate, ParamFate
 
@@ -61,7 +61,7 @@ class ParamStatus:
 class CoverageReport:
     """What an engine's loader would do with a checkpoint, and what that means."""
 
-    engine: str
+    engine: EngineRelease  # the release whose loader it is (its `.spec` in JSON and text)
     loader: str  # replay | real
     path: str
     layout: Layout
@@ -72,6 +72,9 @@ class CoverageReport:
     prediction: object = None  # a `predict.Prediction` when `check` had a target to run the draft on
     # how a real loader ran when not as the release's own CPU build (realcheck.overlay_detail), else ""
     loader_detail: str = ""
+    # the row of the draft class the report was made with (`engine.profile_for(config)`), computed once
+    # per verdict: what `diagnose` checks the rest with
+    profile: Profile | None = field(default=None, repr=False, compare=False)
 
     @property
     def errors(self) -> list[F.Finding]:
@@ -100,7 +103,7 @@ class CoverageReport:
 
     def to_dict(self) -> dict:
         return {
-            "engine": self.engine,
+            "engine": self.engine.spec,
             "loader": self.loader,
             "loader_detail": self.loader_detail,
             "path": self.path,

@@ -16,7 +16,7 @@ from .checkpoint import Checkpoint, open_checkpoint
 from .checks import draft_checks, read_target_config
 from .coverage import CoverageReport, read_dims
 from .replay import replay
-from .engines import resolve_engine
+from .engines import EngineRelease, expect_release, resolve_engine
 from .predict import PredictionSpec
 from .realcheck import RealCheckError, real_check
 
@@ -28,9 +28,9 @@ MISFIT_CODES = ("target-mismatch", "aux-layer-uncapturable")
 VALUE_CODES = ("weights-at-init", "nan-weights")
 
 
-def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_config: dict | None = None,
+def diagnose(checkpoint: Checkpoint, engine: EngineRelease, loader: str = "replay", target_config: dict | None = None,
              prediction: PredictionSpec | None = None, values: list | None = None) -> CoverageReport:
-    """The coverage report of `engine` (an Engine, or a spec) loading the open `checkpoint`, plus the
+    """The coverage report of `engine` (an EngineRelease) loading the open `checkpoint`, plus the
     checks beyond names (draftdoctor.checks), against the target's config when one is given, plus the
     predicted acceptance when `prediction` says with which target and prompts. `values`: the value
     scan's hits (`values.scan`) when they are known already (`fix`'s verification: the plan's, of the
@@ -39,23 +39,24 @@ def diagnose(checkpoint: Checkpoint, engine, loader: str = "replay", target_conf
 
     if loader not in LOADERS:
         raise ValueError(f"unknown loader {loader!r}: use one of {', '.join(LOADERS)}")
-    engine = resolve_engine(engine)
+    expect_release(engine)
     # a config value no engine could read is the user's error, whichever loader runs; a field the kit cannot read
     # (missing, null) is said in the report, with what was taken from the tensors instead
     dims, unread = read_dims(checkpoint)
     if chosen_loader(engine, loader) == "real":
         try:
-            report = real_check(checkpoint, engine, target_config=target_config)
+            report = real_check(checkpoint, engine, target_config=target_config, dims=dims)
         except RealCheckError as e:
             if loader != "auto":
                 raise
-            report = replay(checkpoint, engine)  # auto: the replay answers when the real loader cannot
+            report = replay(checkpoint, engine, dims)  # auto: the replay answers when the real loader cannot
             report.findings.append(F.finding("not-checked", f"the {engine} real loader could not run ({str(e)[:300]}); "
                                                             "the replay ran instead", severity=F.INFO))
     else:
-        report = replay(checkpoint, engine)
+        report = replay(checkpoint, engine, dims)
     report.findings += [unread] if unread is not None else []
-    report.findings += draft_checks(checkpoint, engine.profile_for(checkpoint.config), dims, target_config)
+    # the draft-class row the report was made with: computed once per verdict, as its dims were
+    report.findings += draft_checks(checkpoint, report.profile, dims, target_config)
     if values is None:
         values = scan(checkpoint, dims.vocab_size, dims.draft_vocab_size)
     report.findings += value_findings(values, report)
@@ -88,18 +89,20 @@ def _predict(report: CoverageReport, spec: PredictionSpec, checkpoint: Checkpoin
     report.findings += findings(report.prediction, report)
 
 
-def chosen_loader(engine, loader: str) -> str:
+def chosen_loader(engine: EngineRelease, loader: str) -> str:
     """"real" or "replay": `auto` is the release's own loader where it is installed here, else the replay."""
     if loader != "auto":
         return loader
     from .realload.registry import REAL_LOADERS as REAL, installed_releases
 
-    engine = resolve_engine(engine)
+    expect_release(engine)
     return "real" if engine.name in REAL and engine.release in installed_releases(engine.name) else "replay"
 
 
-def check(path, engine, loader: str = "replay", target=None, predict: bool | PredictionSpec = True) -> CoverageReport:
-    """`diagnose` of the checkpoint at `path`, against the target at `target` (folder or config.json).
+def check(path, engine: "str | EngineRelease", loader: str = "replay", target=None,
+          predict: bool | PredictionSpec = True) -> CoverageReport:
+    """`diagnose` of the checkpoint at `path`, against the target at `target` (folder or config.json), for
+    `engine`: an EngineRelease, or a spec such as 'sglang==0.5.10' (an edge: a notebook calls it with one).
 
     loader "replay": replay the engine profile over the headers (instant, no engine needed);
     "real": run the release's own loader on CPU (draftdoctor.realcheck; needs `make sglang-loaders`
@@ -109,7 +112,7 @@ def check(path, engine, loader: str = "replay", target=None, predict: bool | Pre
     """
     target_config = read_target_config(target) if target is not None else None
     spec = predict if isinstance(predict, PredictionSpec) else prediction_spec(target) if predict else None
-    report = diagnose(open_checkpoint(path), engine, loader, target_config, spec)
+    report = diagnose(open_checkpoint(path), resolve_engine(engine), loader, target_config, spec)
     if predict and spec is None and target is not None:
         report.findings.append(F.finding("not-checked", f"no prediction of acceptance: {target} holds no weights to run "
                                                         "the target on (give the target's folder)", severity=F.INFO))

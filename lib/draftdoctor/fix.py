@@ -24,7 +24,7 @@ from .coverage import draft_dims
 from .replay import unmodelled_class
 from .provenance import recognise
 from .predict import PredictionSpec
-from .engines import parameters, resolve_engine
+from .engines import EngineRelease, parameters, resolve_engine
 from .layouts import detect_layout
 from .renames import choose
 from .fixplan import LOSS_CODES, NOTHING_TO_CHANGE, FileCopy, FixBlocked, FixError, FixPlan, TensorMove  # noqa: F401
@@ -68,10 +68,10 @@ def _other_files(ckpt: Checkpoint) -> list[FileCopy]:
 
 
 
-def plan_fix(src, engine, target=None, loader: str = "replay", head_from_target: bool = False,
+def plan_fix(src, engine: "str | EngineRelease", target=None, loader: str = "replay", head_from_target: bool = False,
              predict: bool | PredictionSpec = True, judge: bool = True) -> FixPlan:
-    """Plan the rewrite of the draft at `src` for `engine` (an Engine, or a spec such as
-    'sglang==0.5.10'), from headers alone; `target` (folder or config.json): the target it serves with,
+    """Plan the rewrite of the draft at `src` for `engine` (an EngineRelease, or a spec such as
+    'sglang==0.5.10': an edge, which a notebook calls with one), from headers alone; `target` (folder or config.json): the target it serves with,
     for the checks that need it, and with weights, for the prediction of acceptance (`predict` as for
     `diagnose.check`). `head_from_target`: the config remedy for a draft without lm_head
     (`head_from_target_change`), applied only where it is safe, else FixError. `judge=False` leaves

@@ -15,7 +15,7 @@ from .checkpoint import Checkpoint
 from .checks import OPTION_CODES
 from .configrewrite import ABSENT, ConfigRewrite
 from .coverage import CoverageReport
-from .engines import Engine
+from .engines import EngineRelease
 from .errors import UserError
 from .frames import frame
 from .layouts import Layout
@@ -82,7 +82,7 @@ class FixPlan:
     """Everything `apply_fix` will do, decided from headers, and the coverage it predicts."""
 
     src: Path
-    engine: Engine  # what the plan is for (its `.spec` for display)
+    engine: EngineRelease  # what the plan is for (its `.spec` for display)
     checkpoint: Checkpoint = field(repr=False)
     layout: Layout
     rule: str

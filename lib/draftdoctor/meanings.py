@@ -23,7 +23,7 @@ from . import auxids
 from .checkpoint import Checkpoint, CheckpointError
 from .configs import (DRAFT_OPTIONS, MAX_DIM, SPECULATORS, ConfigValueError, DraftDims, config_format, draft_options,
                       layer_config, layer_options)
-from .engines import Engine, all_profiles, fc_aux_count, parse_version, resolve_engine
+from .engines import EngineRelease, all_profiles, expect_release, fc_aux_count, parse_version
 from .replay import config_problem
 
 DEFAULTS = "defaults"  # no ids read: the engine captures its default layers, which depend on the target
@@ -186,14 +186,14 @@ def _dims(checkpoint: Checkpoint) -> tuple[DraftDims | None, str]:
         return None, f"{checkpoint.config_path}: cannot be read as a draft config ({type(e).__name__}: {e})"[:300]
 
 
-def _versions(engine: str) -> list[str]:
-    """Every release a row of `engine` starts or ends at, oldest first: between two neighbours nothing
+def _versions(engine_name: str) -> list[str]:
+    """Every release a row of `engine_name` starts or ends at, oldest first: between two neighbours nothing
     changes, so evaluating these is evaluating every release."""
-    found = {v for p in all_profiles() if p.engine == engine for v in (p.first, p.last)}
+    found = {v for p in all_profiles() if p.engine_name == engine_name for v in (p.first, p.last)}
     return sorted(found, key=parse_version)
 
 
-def _outcome(engine: Engine, sides, n_layers: int | None, asked: bool) -> tuple:
+def _outcome(engine: EngineRelease, sides, n_layers: int | None, asked: bool) -> tuple:
     """(outcome, differences, summary, counted) of one release for both sides."""
     readable, problems = [], []
     for checkpoint, dims, _ in sides:
@@ -218,7 +218,7 @@ def _outcome(engine: Engine, sides, n_layers: int | None, asked: bool) -> tuple:
     return READS_NEITHER, (f"reads neither config (A's: {problems[0]}, B's: {problems[1]})",), "", False
 
 
-def compare_configs(a: Checkpoint, b: Checkpoint, engines: list[Engine] | None = None,
+def compare_configs(a: Checkpoint, b: Checkpoint, engines: list[EngineRelease] | None = None,
                     n_layers: int | None = None) -> ConfigComparison:
     """A's and B's configs compared by meaning: as written, then on each of `engines` (default: every
     release whose engine reads both, neighbouring releases with one outcome grouped into a range)."""
@@ -243,9 +243,12 @@ def compare_configs(a: Checkpoint, b: Checkpoint, engines: list[Engine] | None =
         result.rows.append(ConfigRow(WRITTEN, outcome, found, summary(written_meaning(a.config, sides[0][1], n_layers))
                                      if outcome == SAME else ""))
     asked = engines is not None
-    for name in dict.fromkeys(e.name for e in engines) if asked else dict.fromkeys(p.engine for p in all_profiles()):
-        releases = [e.release for e in engines if e.name == name] if asked else _versions(name)
-        evaluated = [(v, _outcome(resolve_engine(f"{name}=={v}"), sides, n_layers, asked)) for v in releases]
+    names = (dict.fromkeys(expect_release(e, "engines").name for e in engines) if asked
+             else dict.fromkeys(p.engine_name for p in all_profiles()))
+    for name in names:
+        releases = ([e for e in engines if e.name == name] if asked
+                    else [EngineRelease.of(name, v) for v in _versions(name)])
+        evaluated = [(e.release, _outcome(e, sides, n_layers, asked)) for e in releases]
         # releases asked for are rows of their own (what lies between them was not evaluated)
         runs = ([[item] for item in evaluated] if asked
                 else [list(run) for _, run in groupby(evaluated, key=lambda item: item[1])])

@@ -207,7 +207,6 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
     try:
         import torch
 
-        from .engines import resolve_engine
         from .eagle import teacher
         from .eagle.engine import CaptureMismatch, speculative_generate
         from .eagle.loading import LoadRefused, place
@@ -216,7 +215,7 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
     from .errors import UserError
 
     started = time.perf_counter()
-    engine = resolve_engine(report.engine)
+    engine = report.engine
     dtype = getattr(torch, spec.dtype)
     tokens = spec.new_tokens + spec.num_steps + 1  # the last verify step looks this far past the budget
     try:

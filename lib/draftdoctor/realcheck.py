@@ -22,11 +22,11 @@ from pathlib import Path
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
 from .configrewrite import rewrite_config
-from .configs import FLAT, SPECULATORS, config_format
+from .configs import FLAT, SPECULATORS, DraftDims, config_format
 from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, IGNORED, LOADED, MISMATCH, NOT_REACHED, PARTIAL, TRAINING_ONLY,
                        PAIR_REASON, UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
                        dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
-from .engines import parameters, resolve_engine
+from .engines import EngineRelease, expect_release, parameters
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
 from .realload.registry import REAL_LOADERS
@@ -43,22 +43,26 @@ class RealCheckError(UserError, RuntimeError):
     """The real loader could not run (release not installed, child crashed, timeout)."""
 
 
-def real_check(checkpoint, engine, timeout: float = 180.0, target_config: dict | None = None) -> CoverageReport:
+def real_check(checkpoint, engine: EngineRelease, timeout: float = 180.0, target_config: dict | None = None,
+               dims: DraftDims | None = None) -> CoverageReport:
     """The coverage report of `engine`'s own loader on a checkpoint (a path or an open `Checkpoint`);
-    `target_config` (vLLM): the target's config, which decides e.g. whether a vocab-map parameter exists."""
-    return real_checks([checkpoint], engine, timeout=timeout, target_config=target_config)[0]
+    `target_config` (vLLM): the target's config, which decides e.g. whether a vocab-map parameter exists;
+    `dims`: the checkpoint's (`draft_dims`) when the caller has read them already."""
+    return real_checks([checkpoint], engine, timeout=timeout, target_config=target_config,
+                       dims=None if dims is None else [dims])[0]
 
 
-def real_checks(checkpoints, engine, timeout: float | None = None, target_config: dict | None = None) -> list[CoverageReport]:
-    """`real_check` of several checkpoints in one child process (the engine's import cost paid once)."""
+def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None, target_config: dict | None = None,
+                dims: list | None = None) -> list[CoverageReport]:
+    """`real_check` of several checkpoints in one child process (the engine's import cost paid once);
+    `dims`: theirs, in their order, when the caller has read them already."""
     import json
 
     from .realload import run_real_loaders
     from .realload.childenv import scratch as scratch_for
     from .realload.registry import RealLoaderError, installed_releases
 
-    engine = resolve_engine(engine)
-    profile, release = engine.profile, engine.release
+    profile, release = expect_release(engine).profile, engine.release
     if release not in REAL_LOADERS[engine.name].releases:
         have = "; ".join(f"{name} {', '.join(row.releases)} (installed: {', '.join(installed_releases(name)) or 'none'}, "
                          f"{row.install_hint()})" for name, row in REAL_LOADERS.items())
@@ -66,7 +70,10 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
                              "use `--loader replay`, or `auto` (the default), which replays where no real loader is installed")
     checkpoints = [c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in checkpoints]
     budget, row = memory_budget(), REAL_LOADERS[engine.name]
-    claimed = {c.folder: claimed_bytes(c, engine, target_config) for c in checkpoints}
+    # each checkpoint's dims and draft-class row, once: for its size and for its report
+    shapes = [(draft_dims(c) if d is None else d, engine.profile_for(c.config))
+              for c, d in zip(checkpoints, dims or [None] * len(checkpoints))]
+    claimed = {c.folder: claimed_bytes(c, engine, target_config, shape) for c, shape in zip(checkpoints, shapes)}
     over = [folder for folder, size in claimed.items() if size > budget]
     if over and not row.builds_on_meta:
         raise RealCheckError(f"{over[0]}: the {_display(engine)} real check of this draft would take about "
@@ -84,7 +91,7 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
             target_file = Path(scratch) / "target-config.json"
             target_file.write_text(json.dumps(target_config))
         try:
-            raws = run_real_loaders(folders + list(converted.values()), release, engine=engine.name,
+            raws = run_real_loaders(folders + list(converted.values()), release, engine_name=engine.name,
                                     target_config=target_file, meta_for=over,
                                     timeout=timeout or 120.0 + 30.0 * (len(folders) + len(converted)))
         except (RealLoaderError, ValueError, FileNotFoundError) as e:
@@ -94,12 +101,12 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     for i, (checkpoint, raw) in enumerate(zip(checkpoints, raws)):
         said = _error_finding(raw["error"], checkpoint, engine) if raw.get("error") else None
         if i in extra and said and said.code == "config-unreadable":  # refused at its config or class lookup
-            report = from_real(extra[i], checkpoint, engine)
+            report = from_real(extra[i], checkpoint, engine, shapes[i])
             report.findings.insert(0, F.Finding(said.code, said.severity, said.message + (
                 f"; {_display(engine)} built nothing from this config, so the weight coverage shown is with "
                 "the config converted the way `draftdoctor fix` writes it")))
         else:
-            report = from_real(raw, checkpoint, engine)
+            report = from_real(raw, checkpoint, engine, shapes[i])
         if checkpoint.folder in over:
             report.findings.append(F.finding("not-checked", (
                 f"{_display(engine)} built this draft on the meta device: its config's sizes ask for about "
@@ -110,15 +117,17 @@ def real_checks(checkpoints, engine, timeout: float | None = None, target_config
     return reports
 
 
-def claimed_bytes(checkpoint: Checkpoint, engine, target_config: dict | None = None) -> int:
+def claimed_bytes(checkpoint: Checkpoint, engine: EngineRelease, target_config: dict | None = None,
+                  shape: tuple | None = None) -> int:
     """About how much memory `engine`'s real loader takes to build this draft, from what its config
     claims (not from the size of its files: a 335 kB draft may claim a 200000 x 8192 vocabulary):
     every parameter the engine creates, at the config's dtype; the rotary cache engines build at load
-    (max positions x head dim, float32); and what the check itself builds per vocabulary entry."""
-    engine = resolve_engine(engine)
-    dims = draft_dims(checkpoint)
+    (max positions x head dim, float32); and what the check itself builds per vocabulary entry. `shape`:
+    the checkpoint's (dims, draft-class row) when the caller has them already."""
+    expect_release(engine)
+    dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
     config = checkpoint.config or {}
-    total = build_bytes((p.shape for p in parameters(engine.profile_for(config), dims)), dtype_bytes(config))
+    total = build_bytes((p.shape for p in parameters(profile, dims)), dtype_bytes(config))
     layer = config.get("transformer_layer_config") if isinstance(config.get("transformer_layer_config"), dict) else config
     positions = layer.get("max_position_embeddings")
     if isinstance(positions, int) and positions > 0:
@@ -165,11 +174,11 @@ def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
                                      f" the draft{where}: {message}")
 
 
-def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
-    """Map a `realload` report onto a CoverageReport (loader "real")."""
-    engine = resolve_engine(engine)
-    profile = engine.profile_for(checkpoint.config)
-    dims = draft_dims(checkpoint)
+def from_real(raw: dict, checkpoint, engine: EngineRelease, shape: tuple | None = None) -> CoverageReport:
+    """Map a `realload` report onto a CoverageReport (loader "real"); `shape`: the checkpoint's (dims,
+    draft-class row) when the caller has them already."""
+    expect_release(engine)
+    dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
     specs = {p.name: p for p in parameters(profile, dims)}
     bytes_per = dominant_dtype_bytes(checkpoint)
     params, keys, findings = [], [], []
@@ -239,10 +248,10 @@ def from_real(raw: dict, checkpoint, engine) -> CoverageReport:
                                   nbytes=t.nbytes))
     if error:
         findings.insert(0, _error_finding(error, checkpoint, engine))
-    report = CoverageReport(engine=engine.spec, loader="real", path=str(checkpoint.path),
+    report = CoverageReport(engine=engine, loader="real", path=str(checkpoint.path),
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,
-                            findings=findings, loader_detail=overlay_detail(raw))
+                            findings=findings, loader_detail=overlay_detail(raw), profile=profile)
     report.findings += coverage_findings(report)
     return report
 

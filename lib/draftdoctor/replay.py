@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from . import findings as F
 from .checkpoint import Checkpoint
-from .configs import FLAT, SPECULATORS, config_format
+from .configs import FLAT, SPECULATORS, DraftDims, config_format
 from .configrules import config_problem, unmodelled_class
-from .engines import ParamSpec, Profile, parameters, resolve_engine
+from .engines import EngineRelease, ParamSpec, Profile, expect_release, parameters
 from .engines.keys import PAIRED, pair_of, renamed, resolve_key
 from .layouts import detect_layout
 from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DROPPED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
@@ -44,12 +44,12 @@ def _iteration_order(checkpoint: Checkpoint, key_order: str = "sorted"):
             yield from sorted(t.name for t in shard.tensors)
 
 
-def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
-    """The coverage report of loading `checkpoint` with `engine`'s profile (an Engine, or a spec
-    such as 'sglang==0.5.10')."""
-    engine = resolve_engine(engine)
+def replay(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None = None) -> CoverageReport:
+    """The coverage report of loading `checkpoint` with `engine`'s profile; `dims`: the checkpoint's
+    (`draft_dims`) when the caller has read them already."""
+    expect_release(engine)
     profile, release = engine.profile_for(checkpoint.config), engine.release
-    dims = draft_dims(checkpoint)
+    dims = draft_dims(checkpoint) if dims is None else dims
     dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
     params = {
@@ -102,9 +102,9 @@ def replay(checkpoint: Checkpoint, engine) -> CoverageReport:
             crashed = _settle_pair(profile, ks, target, held, specs, params, findings)
         keys.append(ks)
     report = CoverageReport(
-        engine=engine.spec, loader="replay", path=str(checkpoint.path),
+        engine=engine, loader="replay", path=str(checkpoint.path),
         layout=detect_layout(checkpoint.tensors, checkpoint.config), config_format=config_format(checkpoint.config),
-        params=list(params.values()), keys=keys, findings=findings,
+        params=list(params.values()), keys=keys, findings=findings, profile=profile,
     )
     for p in report.params:
         settle_unwritten(p, profile, dims, specs[p.name], checkpoint.tensors)

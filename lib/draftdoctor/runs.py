@@ -96,7 +96,7 @@ def record_keys(out_dir, checkpoint, layout, modules) -> dict:
 
 def record_names(out_dir, report) -> dict:
     """Step 02: the loading report (MISSING / UNEXPECTED / MISMATCH rows) of a coverage report."""
-    record = {"engine": report.engine, "rows": report.loading_report()}
+    record = {"engine": report.engine.spec, "rows": report.loading_report()}
     save_step(out_dir, NAMES, record)
     return record
 

@@ -46,6 +46,7 @@ def engine_picker(checkpoint, specs: list[str], initial: str | None = None):
     """A release picker that re-runs the one verdict (`diagnose`, the replayed loader) for the picked release
     and shows it with its loading report."""
     from .diagnose import diagnose
+    from .engines import resolve_engine
     from .tables import loading_report
 
     picker = w.Dropdown(options=specs, value=initial or specs[0], description="engine")
@@ -53,7 +54,7 @@ def engine_picker(checkpoint, specs: list[str], initial: str | None = None):
     out = w.Output()
 
     def refresh(_=None):
-        report = diagnose(checkpoint, picker.value)
+        report = diagnose(checkpoint, resolve_engine(picker.value))  # the picked spec, resolved here
         verdict.value = _as_text("verdict:", report.verdict)  # the verdict quotes tensor names
         out.clear_output(wait=True)
         with out:

@@ -109,8 +109,18 @@ def extra_flags(args) -> list[str]:
     return args.extra[1:] if args.extra[:1] == ["--"] else args.extra
 
 
+def releases(specs):
+    """--engine's words as EngineRelease values, resolved once here, where they enter (one spec, a list of
+    them, or None); the serving commands resolve theirs with their backend's default (`serving_engine`)."""
+    from ..engines import resolve_engine
+
+    if specs is None:
+        return None
+    return [resolve_engine(s) for s in specs] if isinstance(specs, list) else resolve_engine(specs)
+
+
 def serving_engine(args):
-    """(Engine or None, label): the release served (sglang: --engine, else the installed one; vllm:
+    """(EngineRelease or None, label): the release served (sglang: --engine, else the installed one; vllm:
     --engine, else the tested one) or emulated (reference: --engine, else the default), decided here
     once for serve and bench, by the backend's module."""
     from ..serving.launcher import backend_module  # the serving modules' imports: only for serve and bench

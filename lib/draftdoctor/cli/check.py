@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..diagnose import check
 from ..exits import check_status
 from ..tables import shape_texts
-from .arguments import loader_argument, prediction, prediction_arguments
+from .arguments import loader_argument, prediction, prediction_arguments, releases
 from .render import safe, table, write_json
 
 
@@ -25,7 +25,7 @@ def arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    report = check(args.path, args.engine, loader=args.loader, target=args.target, predict=prediction(args))
+    report = check(args.path, releases(args.engine), loader=args.loader, target=args.target, predict=prediction(args))
     status = check_status(report.findings, strict=args.strict)
     if args.format == "json":
         write_json(report.to_dict(), out)

@@ -7,6 +7,7 @@ from ..compare import SAME_BYTES, compare
 from ..exits import status as exit_status
 from ..meanings import DIFFERENT, READS_ONE, SAME
 from .render import safe, table, write_json
+from .arguments import releases
 
 
 def arguments(p) -> None:
@@ -22,7 +23,7 @@ def arguments(p) -> None:
 
 
 def run(args, out) -> int:
-    result = compare(args.a, args.b, args.engine, args.target)
+    result = compare(args.a, args.b, releases(args.engine), args.target)
     if args.format == "json":
         write_json(result.to_dict(), out)
         return exit_status(not result.same)

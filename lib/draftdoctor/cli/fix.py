@@ -11,7 +11,7 @@ from ..exits import EXIT_FINDINGS, status
 from ..findings import CODES
 from ..fix import NOTHING_TO_CHANGE, FixBlocked, apply_fix, plan_fix
 from ..tables import human_bytes
-from .arguments import loader_argument, prediction, prediction_arguments
+from .arguments import loader_argument, prediction, prediction_arguments, releases
 from .render import safe, short, table, write_json
 
 PROGRESS_MIN_BYTES = 256 << 20
@@ -41,7 +41,7 @@ def arguments(p) -> None:
 
 def run(args, out) -> int:
     # writing, the plan is judged (`check` on the result: values, replay, prediction) while the copy is written
-    plan = plan_fix(args.path, args.engine, target=args.target, loader=args.loader,
+    plan = plan_fix(args.path, releases(args.engine), target=args.target, loader=args.loader,
                     head_from_target=args.head_from_target, predict=prediction(args),
                     judge=args.plan or args.out is None)
     if args.plan:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from draftdoctor.configs import DraftDims, layer_config
-from draftdoctor.engines import parameters, resolve_engine
+from draftdoctor.engines import EngineRelease, expect_release, parameters
 from draftdoctor.eagle.llama import KVCache, LayerShape, attention, layer_shape, rms_norm
 
 MIDLAYER = "model.midlayer."  # the decoder layer's prefix in SGLang 0.4.4 - 0.5.11
@@ -123,17 +123,19 @@ class EagleDraft:
 
 
 def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
-                hot_token_id: torch.Tensor | None = None, engine="sglang==0.5.10",
+                hot_token_id: torch.Tensor | None = None, engine: EngineRelease | None = None,
                 dtype=torch.float32, norm_before_residual: bool = False) -> EagleDraft:
     """The draft an engine release runs after its loader wrote `written`, a subset of the
     parameters that release's draft class creates (`engines.parameters`, the names `check` uses).
 
     `state[name]` supplies each written parameter; the rest get `initial_value`. `hot_token_id`
     is the draft->target id map (d2t + arange(Vd): SGLang's hot_token_id, vLLM's
-    draft_id_to_target_id plus the ids), or None when no d2t was loaded.
+    draft_id_to_target_id plus the ids), or None when no d2t was loaded. `engine`: the release whose
+    draft class it is (None: SGLang 0.5.10's).
     """
     shape = draft_shape(config)
-    profile = resolve_engine(engine).profile
+    engine = EngineRelease.of("sglang", "0.5.10") if engine is None else expect_release(engine)
+    profile = engine.profile
     expected = {p.name: p.shape for p in parameters(profile, DraftDims.from_config(config)) if p.role != "vocab-map"}
     unknown = written - expected.keys()
     if unknown:

@@ -26,7 +26,7 @@ import torch
 from ..checkpoint import open_checkpoint
 from ..coverage import DERIVED, LOADED, CoverageReport, draft_dims
 from ..replay import replay
-from ..engines import parameters, resolve_engine
+from ..engines import EngineRelease, parameters
 from ..statuses import ParamFate
 from .draft import EagleDraft, build_draft, initial_value
 from .llama import TargetModel
@@ -65,7 +65,7 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
     `report` was made of: `fix`'s planned result, renamed, is no folder), as `report`'s loader (the
     replay, or the release's own) says it writes it; `target` (a `TargetModel`, or anything with its
     `dtype`, `n_layers`, `embed` and `head`) lends what the engine takes from the target."""
-    engine = resolve_engine(report.engine)
+    engine = report.engine
     refusing = [f for f in report.findings if f.code in REFUSING_CODES]
     if refusing:
         raise LoadRefused("; ".join(f.brief() for f in refusing))
@@ -82,7 +82,7 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
     if profile.naming != "hf":
         # llama.cpp places every tensor of a Llama EAGLE-3 checkpoint or refuses it (checked above); the
         # reference places them under vLLM's names (the same tensors, fused as the reference computes)
-        placing = resolve_engine("vllm")
+        placing = EngineRelease.newest("vllm")
         placed = replay(checkpoint, placing)
     dims = draft_dims(checkpoint)
     specs = {p.name: p for p in parameters(placing.profile_for(checkpoint.config), dims)}

@@ -3,10 +3,11 @@
 `profile.py` defines what a row holds (`Profile`: building and loading the draft, one record per
 loading stage, `stages.py`; `ServingFacts`: what a served release spells and reports), `build.py` turns a
 row and a draft's dimensions into the engine's parameter list; `sglang.py`, `vllm.py` and `llamacpp.py`
-hold the rows. `resolve_engine` turns a spec such as
-"sglang==0.5.10" into an `Engine` value once, at the edges; every module takes that value;
-`serving_facts` finds a release's serving row. Adding a release is one new row (and a serving row
-where the kit serves it) and a test.
+hold the rows. `resolve_engine` turns a spec such as "sglang==0.5.10" into an `EngineRelease` value once,
+at the edges (the CLI, `from_parameters`, the widgets, the public entry points a notebook calls with a
+spec); every module below them takes that value and refuses a string (`expect_release`); `serving_facts`
+finds a release's serving row. Adding a release is one new row (and a serving row where the kit serves
+it) and a test.
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from ..configs import FLAT, SPECULATORS, config_format, layer_config
 from .build import ParamSpec, fc_aux_count, from_target, identity_by_default, parameters
 from .profile import CRASH, SKIP, STACKED, WARN, EngineSpecError, Profile, ServingFacts, parse_version
 
-__all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineSpecError", "ParamSpec", "Profile", "ServingFacts",
-           "all_profiles", "fc_aux_count", "from_parameters", "from_target", "identity_by_default", "parameters",
-           "parse_version", "releases_where", "resolve_engine", "serving_facts"]
+__all__ = ["CRASH", "SKIP", "STACKED", "WARN", "Engine", "EngineRelease", "EngineSpecError", "ParamSpec", "Profile",
+           "ServingFacts", "all_profiles", "expect_release", "fc_aux_count", "from_parameters", "from_target",
+           "identity_by_default", "parameters", "parse_version", "releases_where", "resolve_engine", "serving_facts"]
 
 
 @dataclass(frozen=True)
-class Engine:
-    """One engine release as every module receives it: made once by `resolve_engine`, then passed on.
-    Its serving facts are looked up by release where a server is launched or read (`serving_facts`):
-    an installed SGLang newer than any profile still has a release, but no Engine."""
+class EngineRelease:
+    """One engine release as every module receives it: made once by `resolve_engine` (or `of`), then
+    passed on, carrying its rows. Its serving facts are looked up by release where a server is launched
+    or read (`serving_facts`): an installed SGLang newer than any profile still has a release, but no
+    EngineRelease."""
 
-    name: str  # "sglang" | "vllm" | "llamacpp"
+    name: str  # the engine's name: "sglang" | "vllm" | "llamacpp" (`engine_name` wherever only it is meant)
     release: str
     profile: Profile  # how it builds and loads its Llama EAGLE-3 draft class, and the release's own facts
 
@@ -56,10 +58,34 @@ class Engine:
         return next((row for row in self._rows() if row.draft_class == draft_class), None)
 
     def _rows(self) -> list[Profile]:
-        return [row for row in all_profiles() if row.engine == self.name and row.contains(self.release)]
+        return [row for row in all_profiles() if row.engine_name == self.name and row.contains(self.release)]
 
     def __str__(self) -> str:
         return self.spec
+
+    @classmethod
+    def newest(cls, engine_name: str) -> "EngineRelease":
+        """The newest release of `engine_name` the rows model (what the spec "vllm" alone names)."""
+        return resolve_engine(engine_name)
+
+    @classmethod
+    def of(cls, engine_name: str, release: str) -> "EngineRelease":
+        """The release `release` of `engine_name` as its rows model it (a name and release taken from the
+        rows or the installed releases, not a user's words: those go through `resolve_engine`)."""
+        return resolve_engine(f"{engine_name}=={release}")
+
+
+Engine = EngineRelease
+"""Deprecated: the old name of `EngineRelease`, kept for one release; use `EngineRelease`."""
+
+
+def expect_release(value, parameter: str = "engine") -> EngineRelease:
+    """`value` when it is an EngineRelease; a TypeError naming `parameter` when it is anything else (a spec
+    string is resolved at the edges, never again below them)."""
+    if not isinstance(value, EngineRelease):
+        raise TypeError(f"{parameter} must be an EngineRelease (engines.resolve_engine makes one from a spec such "
+                        f"as 'sglang==0.5.10' where the user's words enter), not {type(value).__name__} {value!r}")
+    return value
 
 
 def all_profiles() -> list[Profile]:
@@ -74,8 +100,8 @@ def releases_where(holds, draft_class: str = "llama") -> list[str]:
 
     rows = [p for p in all_profiles() if p.draft_class == draft_class]
     out = []
-    for engine in dict.fromkeys(p.engine for p in rows):
-        ranges = sorted((p for p in rows if p.engine == engine), key=lambda p: parse_version(p.first))
+    for engine in dict.fromkeys(p.engine_name for p in rows):
+        ranges = sorted((p for p in rows if p.engine_name == engine), key=lambda p: parse_version(p.first))
         for held, run in groupby(ranges, key=lambda p: bool(holds(p))):
             if held:
                 run = list(run)  # one class's rows of one engine do not overlap: the run ends at its last row
@@ -93,34 +119,35 @@ def _row_for(rows, version: str):
     return next((row for row in rows if row.contains(version)), None)
 
 
-def serving_facts(release: str, engine: str = "sglang") -> ServingFacts | None:
-    """The serving row of `engine` `release`, None for a release no row covers."""
-    return _row_for([row for row in all_serving() if row.engine == engine], release)
+def serving_facts(release: str, engine_name: str = "sglang") -> ServingFacts | None:
+    """The serving row of `engine_name` `release`, None for a release no row covers."""
+    return _row_for([row for row in all_serving() if row.engine_name == engine_name], release)
 
 
-def from_parameters(name: str, release: str | None) -> Engine:
-    """The Engine a notebook's `engine` and `release` parameters name (no release: the newest known)."""
+def from_parameters(name: str, release: str | None) -> EngineRelease:
+    """The EngineRelease a notebook's `engine` and `release` parameters name (no release: the newest known)."""
     return resolve_engine(f"{name}=={release}" if release else name)
 
 
-def resolve_engine(spec: "str | Engine") -> Engine:
-    """'sglang==0.5.10' | 'sglang' (newest known) | 'vllm' -> Engine; an Engine is returned as it is."""
-    if isinstance(spec, Engine):
+def resolve_engine(spec: "str | EngineRelease") -> EngineRelease:
+    """'sglang==0.5.10' | 'sglang' (newest known) | 'vllm' -> EngineRelease, where the user's words enter;
+    an EngineRelease is returned as it is."""
+    if isinstance(spec, EngineRelease):
         return spec
     engine, _, version = spec.strip().partition("==")
     engine = engine.strip().lower()
-    profiles = [p for p in all_profiles() if p.engine == engine and p.draft_class == "llama"]
+    profiles = [p for p in all_profiles() if p.engine_name == engine and p.draft_class == "llama"]
     known = "; ".join(p.spec for p in all_profiles() if p.draft_class == "llama")
     if not profiles:
         raise EngineSpecError(f"unknown engine {engine!r}: known releases are {known}")
     if not version:
         newest = max(profiles, key=lambda p: parse_version(p.last))
-        return Engine(engine, newest.last, newest)
+        return EngineRelease(engine, newest.last, newest)
     version = version.strip()
     parse_version(version)
     profile = _row_for(profiles, version)
     if profile is not None:
-        return Engine(engine, version, profile)
+        return EngineRelease(engine, version, profile)
     newest = max(profiles, key=lambda p: parse_version(p.last))
     if parse_version(version) > parse_version(newest.last):
         raise EngineSpecError(

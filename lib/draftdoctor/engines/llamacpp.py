@@ -47,7 +47,7 @@ _NOT_A_DRAFT = "the converter does not treat it as an EAGLE-3 draft (Can not map
 
 PROFILES = [
     Profile(
-        engine="llamacpp", first="0.3.36", last="0.3.36",
+        engine_name="llamacpp", first="0.3.36", last="0.3.36",
         config=ConfigReading(
             architectures=("Eagle3DraftModel", "Eagle3Speculator", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3",
                            "LlamaForCausalLM"),

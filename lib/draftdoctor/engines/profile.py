@@ -33,9 +33,14 @@ class EngineSpecError(UserError, ValueError):
 class ReleaseRange:
     """An engine's releases `first` to `last`, both inclusive: what every row is keyed by."""
 
-    engine: str
+    engine_name: str  # "sglang" | "vllm" | "llamacpp"
     first: str
     last: str
+
+    @property
+    def engine(self) -> str:
+        """Deprecated: the old name of `engine_name`, kept for one release; use `engine_name`."""
+        return self.engine_name
 
     def contains(self, version: str) -> bool:
         return parse_version(self.first) <= parse_version(version) <= parse_version(self.last)
@@ -52,11 +57,11 @@ class Profile(ReleaseRange):
     aux: AuxCapture
     serving: ServedDraft
 
-    def __init__(self, engine: str, first: str, last: str, **facts):
+    def __init__(self, engine_name: str, first: str, last: str, **facts):
         """Stage records by name (`config=`, `build=`, ...) and single facts by their own name, each going to
         the stage that holds it (over that stage's record where one is given); a fact no stage holds, or a
         stage left without a fact it requires, is a TypeError."""
-        for name, value in (("engine", engine), ("first", first), ("last", last)):
+        for name, value in (("engine_name", engine_name), ("first", first), ("last", last)):
             object.__setattr__(self, name, value)
         given = {name: facts.pop(name, None) for name in STAGES}
         for name, record in STAGES.items():
@@ -68,7 +73,8 @@ class Profile(ReleaseRange):
 
     @property
     def spec(self) -> str:
-        return f"{self.engine}=={self.first}" if self.first == self.last else f"{self.engine} {self.first}–{self.last}"
+        return (f"{self.engine_name}=={self.first}" if self.first == self.last
+                else f"{self.engine_name} {self.first}–{self.last}")
 
     @property
     def ignored_keys(self) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ _NO_MODULE = ("Cannot find model module. '{first}' is not a registered model in 
               "config's 'auto_map' (relevant if the model is custom)")
 
 _COMMON = dict(
-    engine="sglang",
+    engine_name="sglang",
     architectures=("LlamaForCausalLMEagle3",),
     derived_keys=(("d2t", "hot_token_id"),),
     renamed_keys=(),

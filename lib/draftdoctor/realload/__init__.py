@@ -81,7 +81,7 @@ __all__ = ["CHILD_ENV", "OVERLAY_RECORD", "READY_MARKER", "REAL_LOADERS", "SCHEM
 
 
 def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
-                     engine: str = "sglang", target_config=None, meta_for=()) -> list:
+                     engine_name: str = "sglang", target_config=None, meta_for=()) -> list:
     """One report per checkpoint (see the module docstring), all loaded in one process: the release's
     warm worker (started on first use, reused by later calls and other processes until idle for
     pool.WORKER_IDLE_S), or with $DRAFTDOCTOR_REALLOAD_WORKER=0 a fresh child.
@@ -103,22 +103,22 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
         devices = {"*": device, **dict.fromkeys(meta, "meta")} if meta else device
         try:
             return _worker_call(release, {"checkpoints": paths, "device": devices, "target_config": target}, timeout,
-                                engine)
+                                engine_name)
         except (WorkerPlaceUnsafe, NoRoomForWorker):
             pass  # no worker where another user could answer for it, or no room: this check runs cold
     return _run_child(release, ["--device", device, *(a for f in meta for a in ("--meta-for", f)),
-                                *(["--target-config", target] if target else []), *paths], timeout, engine)
+                                *(["--target-config", target] if target else []), *paths], timeout, engine_name)
 
 
 def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device: str = "auto",
-                    engine: str = "sglang") -> dict:
+                    engine_name: str = "sglang") -> dict:
     """Load `checkpoint_dir` with `engine` `release`'s own code and return the report described above.
 
     `device`: "cpu" builds real tensors (sentinel and hashes), "meta" shapes only, "auto" picks meta for
     checkpoints over 1 GiB. Raises ReleaseNotInstalled, RealLoaderTimeout or RealLoaderCrashed
     when no report could be made; the engine's own failures on the checkpoint are in the report's `error`.
     """
-    return run_real_loaders([checkpoint_dir], release, timeout=timeout, device=device, engine=engine)[0]
+    return run_real_loaders([checkpoint_dir], release, timeout=timeout, device=device, engine_name=engine_name)[0]
 
 
 def parse_launch(release: str, argvs: list[list[str]], timeout: float = 180.0) -> list[dict]:
@@ -129,6 +129,6 @@ def parse_launch(release: str, argvs: list[list[str]], timeout: float = 180.0) -
     return _run_child(release, ["--parse-launch", json.dumps([list(a) for a in argvs])], timeout, "sglang")
 
 
-def self_check(release: str, timeout: float = 120.0, engine: str = "sglang") -> None:
+def self_check(release: str, timeout: float = 120.0, engine_name: str = "sglang") -> None:
     """Verify that the release's adapter still fits the installed release (raises RealLoaderCrashed if not)."""
-    _run_child(release, [], timeout, engine)
+    _run_child(release, [], timeout, engine_name)

@@ -32,14 +32,14 @@ CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFER
              "HF_MODULES_CACHE": str(STATE / "hf-modules")}
 
 
-def _child(engine, release, args, folder=None) -> tuple[list[str], dict]:
+def _child(engine_name, release, args, folder=None) -> tuple[list[str], dict]:
     """The command and environment of a child running `engine` `release` (installed in `folder`, default
     its release folder): the release's folder, then the kit's own lib folder (the child runs this very
     draftdoctor, not whichever one the venv's editable install names). A pinned release sees nothing
     else of the venv but torch and torch's requirements (`python -S` and `torchview`); a build
     (llama.cpp's converter) runs with the venv."""
-    loaders = REAL_LOADERS[engine]
-    path = [str(folder or release_env(release, engine)), str(kit_path())]
+    loaders = REAL_LOADERS[engine_name]
+    path = [str(folder or release_env(release, engine_name)), str(kit_path())]
     python = [sys.executable]
     if loaders.pin_prefix is not None:
         from .torchview import torch_view
@@ -71,9 +71,9 @@ def kit_path() -> Path:
     return view
 
 
-def _broken(engine, release, tail) -> "RealLoaderCrashed":
-    return RealLoaderCrashed(f"{engine} {release} environment or adapter is broken (reinstall with "
-                             f"{REAL_LOADERS[engine].install_hint(release)}; if it persists the adapter needs updating):\n{tail}")
+def _broken(engine_name, release, tail) -> "RealLoaderCrashed":
+    return RealLoaderCrashed(f"{engine_name} {release} environment or adapter is broken (reinstall with "
+                             f"{REAL_LOADERS[engine_name].install_hint(release)}; if it persists the adapter needs updating):\n{tail}")
 
 
 # The state folder the warm workers (pool.py) and the scratch folders below live in: this user's alone, or unused.
@@ -138,12 +138,12 @@ def scratch(kind: str):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_child(release, args, timeout, engine: str = "sglang"):
+def _run_child(release, args, timeout, engine_name: str = "sglang"):
     """A fresh child process for one batch (the cold path): it dies with its caller, whatever kills that,
     and its temporary files are removed with it."""
     from .common import die_with_parent
 
-    command, env = _child(engine, release, args)
+    command, env = _child(engine_name, release, args)
     try:
         scratch = scratch_folder()
     except WorkerPlaceUnsafe:
@@ -157,7 +157,7 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: gloo may have helpers
             proc.communicate()
-            raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
+            raise RealLoaderTimeout(f"{engine_name} {release} real loader did not finish within {timeout:g} s") from None
         except BaseException:  # Ctrl-C, SIGTERM: the child and its group go first
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -168,10 +168,10 @@ def _run_child(release, args, timeout, engine: str = "sglang"):
             shutil.rmtree(scratch, ignore_errors=True)
     tail = "\n".join(stderr.strip().splitlines()[-20:])
     if proc.returncode == EXIT_ENVIRONMENT:
-        raise _broken(engine, release, tail)
+        raise _broken(engine_name, release, tail)
     if proc.returncode != 0:
-        raise RealLoaderCrashed(f"{engine} {release} real loader died (exit status {proc.returncode}):\n{tail}")
+        raise RealLoaderCrashed(f"{engine_name} {release} real loader died (exit status {proc.returncode}):\n{tail}")
     try:
         return json.loads(stdout)
     except json.JSONDecodeError:
-        raise RealLoaderCrashed(f"{engine} {release} real loader printed no report:\n{tail}") from None
+        raise RealLoaderCrashed(f"{engine_name} {release} real loader printed no report:\n{tail}") from None

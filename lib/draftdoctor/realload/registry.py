@@ -124,30 +124,30 @@ class RealLoaderCrashed(RealLoaderError):
     """The child died, printed no report, or found its release environment or adapter broken."""
 
 
-def releases(engine: str = "sglang") -> tuple[str, ...]:
+def releases(engine_name: str = "sglang") -> tuple[str, ...]:
     """Every release of `engine` the kit's child can run (one pin list each)."""
-    return REAL_LOADERS[engine].releases
+    return REAL_LOADERS[engine_name].releases
 
 
-def releases_dir(engine: str = "sglang"):
+def releases_dir(engine_name: str = "sglang"):
     """Folder holding one sub-folder per installed release of `engine` (override with
     $DRAFTDOCTOR_SGLANG_DIR / $DRAFTDOCTOR_VLLM_DIR)."""
-    override = os.environ.get(REAL_LOADERS[engine].env_override)
-    return Path(override) if override else BUILD / engine
+    override = os.environ.get(REAL_LOADERS[engine_name].env_override)
+    return Path(override) if override else BUILD / engine_name
 
 
-def installed_releases(engine: str = "sglang") -> list[str]:
+def installed_releases(engine_name: str = "sglang") -> list[str]:
     """The releases of `engine` whose real loader is installed."""
-    return [r for r in releases(engine) if (REAL_LOADERS[engine].folder(r) / READY_MARKER).exists()]
+    return [r for r in releases(engine_name) if (REAL_LOADERS[engine_name].folder(r) / READY_MARKER).exists()]
 
 
-def release_env(release, engine: str = "sglang"):
+def release_env(release, engine_name: str = "sglang"):
     """The installed folder of `release`; raises ReleaseNotInstalled if it is missing or incomplete."""
-    loaders = REAL_LOADERS[engine]
+    loaders = REAL_LOADERS[engine_name]
     if release not in loaders.releases:
-        raise ValueError(f"{engine} {release} has no real loader; supported: {', '.join(loaders.releases)}")
+        raise ValueError(f"{engine_name} {release} has no real loader; supported: {', '.join(loaders.releases)}")
     folder = loaders.folder(release)
     if not (folder / READY_MARKER).exists():
-        raise ReleaseNotInstalled(f"the {engine} {release} environment is not installed ({folder} is missing or "
+        raise ReleaseNotInstalled(f"the {engine_name} {release} environment is not installed ({folder} is missing or "
                                   f"incomplete): {loaders.install_hint(release)} installs it")
     return folder

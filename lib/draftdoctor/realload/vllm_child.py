@@ -1,7 +1,7 @@
 """Child process: run one vLLM release's own config reading, model registry, draft class and
 `load_weights` on EAGLE-3 draft checkpoints, on CPU, and print what happened as one JSON document.
 
-Run by `draftdoctor.realload.run_real_loaders(..., engine="vllm")` as
+Run by `draftdoctor.realload.run_real_loaders(..., engine_name="vllm")` as
 `PYTHONPATH=build/vllm/<release> python -m draftdoctor.realload.vllm_child --release R CHECKPOINT...`.
 The path is the one `vllm serve --speculative-config '{"method": "eagle3", ...}'` takes for the draft:
 `EngineArgs(...).create_engine_config()` (vLLM's EAGLE config class and speculators-config reader,

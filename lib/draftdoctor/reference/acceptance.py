@@ -28,6 +28,7 @@ from draftdoctor.eagle.draft import EagleDraft
 from draftdoctor.eagle.engine import GenerateResult
 from draftdoctor.eagle.llama import TargetModel
 from draftdoctor.eagle.loading import LoadedDraft, LoadRefused, place
+from draftdoctor.engines import EngineRelease
 
 
 @dataclass
@@ -94,7 +95,7 @@ def run_prompts(target: TargetModel, loaded: LoadedDraft, prompts: list[list[int
     return Measurement.of([loaded.speculate(target, p, max_new_tokens, num_steps, eos_token_id, draft) for p in prompts])
 
 
-def measure(target: TargetModel, draft_dir, engine: str, prompts: list[list[int]], max_new_tokens: int,
+def measure(target: TargetModel, draft_dir, engine: EngineRelease, prompts: list[list[int]], max_new_tokens: int,
             num_steps: int, loader: str = "replay", eos_token_id: int | None = None) -> tuple[int, Measurement]:
     """(parameters written, Measurement) of `draft_dir` served by `engine`; LoadRefused if it would not start."""
     from draftdoctor.diagnose import check
@@ -113,11 +114,12 @@ def demo_cases(data_dir: Path, workdir: Path, n_prompts: int | None = None, max_
     prompts = tokenized_prompts(data_dir, n_prompts)
     cases = {}
     for name, draft, engine, fixed in (
-        ("story draft, sglang==0.5.10", data_dir / "draft-story", "sglang==0.5.10", False),
-        ("story draft fixed, sglang==0.5.10", data_dir / "draft-story", "sglang==0.5.10", True),
-        ("speculators draft, sglang==0.5.23", data_dir / "draft-speculators", "sglang==0.5.23", False),
-        ("speculators draft fixed, sglang==0.5.23", data_dir / "draft-speculators", "sglang==0.5.23", True),
+        ("story draft, sglang==0.5.10", data_dir / "draft-story", "0.5.10", False),
+        ("story draft fixed, sglang==0.5.10", data_dir / "draft-story", "0.5.10", True),
+        ("speculators draft, sglang==0.5.23", data_dir / "draft-speculators", "0.5.23", False),
+        ("speculators draft fixed, sglang==0.5.23", data_dir / "draft-speculators", "0.5.23", True),
     ):
+        engine = EngineRelease.of("sglang", engine)
         if fixed:
             out = workdir / name.replace(" ", "-").replace(",", "").replace("=", "")
             draft = apply_fix(plan_fix(draft, engine), out, force=True).dst

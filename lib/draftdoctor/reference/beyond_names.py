@@ -40,6 +40,7 @@ from draftdoctor import findings as F
 
 if TYPE_CHECKING:
     from draftdoctor.reference.acceptance import Measurement
+    from draftdoctor.engines import EngineRelease
 
 
 def _ids_at_top_level(config: dict) -> None:
@@ -109,7 +110,7 @@ class CaseResult:
         }
 
 
-def prepare(case: Case, data_dir: Path, workdir: Path, engine: str) -> Path:
+def prepare(case: Case, data_dir: Path, workdir: Path, engine: EngineRelease) -> Path:
     """The checkpoint `case` serves: its source fixed for `engine`, then its config edited."""
     from draftdoctor.fix import apply_fix, plan_fix
 
@@ -154,7 +155,9 @@ def measure_cases(data_dir, workdir, release: str = "0.5.10", n_prompts: int | N
     from draftdoctor.eagle.llama import TargetModel
     from draftdoctor.eagle.loading import place
 
-    data_dir, workdir, engine = Path(data_dir), Path(workdir), f"sglang=={release}"
+    from draftdoctor.engines import EngineRelease
+
+    data_dir, workdir, engine = Path(data_dir), Path(workdir), EngineRelease.of("sglang", release)
     workdir.mkdir(parents=True, exist_ok=True)
     target = TargetModel.from_dir(data_dir / "target", dtype or torch.float32)
     prompts = tokenized_prompts(data_dir, n_prompts)

@@ -247,12 +247,12 @@ def write_story_draft(demo: Path) -> Path:
     `layers.0.*` names that 0.4.9-0.5.11 silently drop.
     """
     from draftdoctor.configrewrite import RECORD_KEY, rewrite_config
-    from draftdoctor.engines import resolve_engine
+    from draftdoctor.engines import EngineRelease
 
     src, out = demo / "draft-speculators", demo / "draft-story"
     out.mkdir(exist_ok=True)
     shutil.copyfile(src / "model.safetensors", out / "model.safetensors")
-    flat = rewrite_config(json.loads((src / "config.json").read_text()), resolve_engine("sglang==0.5.10").profile).config
+    flat = rewrite_config(json.loads((src / "config.json").read_text()), EngineRelease.of("sglang", "0.5.10").profile).config
     flat.pop(RECORD_KEY, None)  # a hand-written config has no conversion record
     (out / "config.json").write_text(json.dumps(flat, indent=2) + "\n")
     return out

@@ -27,6 +27,8 @@ from typing import Callable
 
 import torch
 
+from draftdoctor.engines import EngineRelease, resolve_engine
+
 NORMS = ("hidden_norm", "input_layernorm", "post_attention_layernorm")
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
                "mlp.up_proj", "mlp.down_proj")
@@ -112,16 +114,18 @@ def build(case: Case, fixed: Path, out: Path) -> Path:
     return out
 
 
-def cases(data_dir, workdir, engine: str = "sglang==0.5.10") -> dict[str, Path]:
-    """{case name: its draft folder under `workdir`}: draft-speculators fixed for `engine`, then edited."""
+def cases(data_dir, workdir, engine: EngineRelease | None = None) -> dict[str, Path]:
+    """{case name: its draft folder under `workdir`}: draft-speculators fixed for `engine` (None: SGLang
+    0.5.10), then edited."""
     from draftdoctor.fix import apply_fix, plan_fix
 
+    engine = engine or EngineRelease.of("sglang", "0.5.10")
     data_dir, workdir = Path(data_dir), Path(workdir)
     fixed = apply_fix(plan_fix(data_dir / "draft-speculators", engine), workdir / "fixed", force=True).dst
     return {c.name: build(c, fixed, workdir / f"case-{i:02d}") for i, c in enumerate(CASES)}
 
 
-def measure(data_dir, workdir, engine: str = "sglang==0.5.10", n_prompts: int | None = None,
+def measure(data_dir, workdir, engine: EngineRelease | None = None, n_prompts: int | None = None,
             max_new_tokens: int = 48, num_steps: int = 4) -> list[dict]:
     """Each case: check's worst value finding (severity and code, no target given) and the accept length
     (tokens per verify step, the log line's formula) on the reference backend."""
@@ -131,7 +135,7 @@ def measure(data_dir, workdir, engine: str = "sglang==0.5.10", n_prompts: int | 
     from draftdoctor.eagle.llama import TargetModel
     from draftdoctor.eagle.loading import load_for_engine
 
-    data_dir = Path(data_dir)
+    data_dir, engine = Path(data_dir), engine or EngineRelease.of("sglang", "0.5.10")
     target = TargetModel.from_dir(data_dir / "target", torch.float32)
     prompts = tokenized_prompts(data_dir, n_prompts)
     rows = []
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data_dir / "draft-speculators").is_dir() or not (args.data_dir / "target").is_dir():
         ap.error(f"{args.data_dir}: no draft-speculators or target (the demo data; `make demo-data` builds it)")
     with tempfile.TemporaryDirectory() as work:
-        rows = measure(args.data_dir, work, args.engine, args.num_prompts)
+        rows = measure(args.data_dir, work, resolve_engine(args.engine), args.num_prompts)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -22,9 +22,9 @@ class Backend:
 
     name: str
     display: str
-    # the engine release `--engine` defaults to: emulated (reference), served (vllm); None: chosen by
-    # the backend's module (`resolve`: the installed SGLang), or none
-    default_engine: str | None
+    # the spec of the engine release `--engine` defaults to: emulated (reference), served (vllm); None:
+    # chosen by the backend's module (`resolve`: the installed SGLang), or none
+    default_spec: str | None
     # the engine a draft is diagnosed as before launching when no --engine is given (`bench`'s preflight)
     checked_as: str
     runs_here: bool = True  # False: GPU hosts only; the kit checks its command here but never serves it

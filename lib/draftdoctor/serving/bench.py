@@ -18,7 +18,7 @@ from .client import BenchResult, ClientError, avg_spec_accept_length
 from .launcher import GuardStopped, LaunchRefused, ServeConfig, ServerCrashed, backend_module, cause, serve, tail
 from .backends import BACKENDS, MAX_CONCURRENCY
 from .logs import parse_sglang_lines
-from ..engines import resolve_engine
+from ..engines import EngineRelease, expect_release, resolve_engine
 from ..prompts import DEMO_PROMPTS, MAX_PROMPTS_BYTES, PromptsError, load_prompts  # noqa: F401 (re-exported)
 
 
@@ -31,7 +31,8 @@ class DraftMisfit(BenchFailed):
     server started (`preflight`): exit 1."""
 
 
-def preflight(target, drafts: list[tuple[str, str]], engine, prediction=True, loader: str = "replay") -> dict:
+def preflight(target, drafts: list[tuple[str, str]], engine: EngineRelease, prediction=True,
+              loader: str = "replay") -> dict:
     """Stop before launching anything when a draft does not fit the target (vocabulary, hidden sizes,
     aux layers the engine can capture): `diagnose.MISFIT_CODES`, the same diagnosis as `check --target`,
     with its prediction of acceptance (`prediction`: a `predict.PredictionSpec`, or True for the default
@@ -42,6 +43,7 @@ def preflight(target, drafts: list[tuple[str, str]], engine, prediction=True, lo
     from ..checkpoint import CheckpointError
     from ..diagnose import MISFIT_CODES, check
 
+    expect_release(engine)
     local_target = target if (Path(target) / "config.json").is_file() else None
     reports = {}
     for name, draft in drafts:
@@ -179,10 +181,10 @@ def _int(value) -> int | None:
     return number if number > 0 and not isinstance(value, bool) else None
 
 
-def backend_label(backend: str, engine=None) -> str:
+def backend_label(backend: str, engine: EngineRelease | None = None) -> str:
     """What a user is told ran: e.g. "vLLM 0.32.0 (real engine, CPU), each draft as sglang==0.5.10 loads
     it", "reference backend emulating sglang==0.5.10 (CPU; not SGLang itself)", "SGLang 0.5.23"."""
-    return backend_module(backend).backend_label(resolve_engine(engine) if engine is not None else None)
+    return backend_module(backend).backend_label(engine if engine is None else expect_release(engine))
 
 
 @dataclass
@@ -233,13 +235,13 @@ def _request_progress(name, progress, on_request):
 
 
 def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_dir, prompts: list[str],
-                 engine=None, loader: str | None = None,
+                 engine: "str | EngineRelease | None" = None, loader: str | None = None,
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None,
                  max_new_tokens: int = 64, concurrency: int = 1, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", progress=None, keep_going: bool = False, prompts_file=None,
                  on_request=None, guard: bool = False, predict: bool = True, **server_kwargs) -> list[BenchRun]:
     """Serve and measure each (name, draft path) in turn; write results.json and the charts. `engine`
-    (an Engine or a spec): the SGLang release served, or emulated by the reference backend. With
+    (an EngineRelease or a spec): the SGLang release served, or emulated by the reference backend. With
     `keep_going`, a draft whose server does not start is recorded as such (its reason from the log)
     and the next draft is measured (an investigation's "before" that never starts). Arguments no server
     could answer are refused first (`check_requests`; `prompts_file` is named in its message).
@@ -248,7 +250,7 @@ def bench_drafts(backend: str, target: str, drafts: list[tuple[str, str]], out_d
     with the guard in its process (draftdoctor.guard), which stops it before it is ready when the
     engine's loader leaves a draft parameter unwritten. `predict`: each draft's diagnosis predicts its
     acceptance on the same prompts and budget first (a target folder with weights), said beside the
-    measurement."""
+    measurement. An edge: a notebook calls it with a spec, resolved here once."""
     engine = resolve_engine(engine) if engine is not None else None
     check_requests(backend, target, prompts, max_new_tokens, concurrency, extra_args or (), prompts_file)
     row, module = BACKENDS[backend], backend_module(backend)

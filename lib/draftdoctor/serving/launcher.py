@@ -37,7 +37,7 @@ from pathlib import Path
 
 from .. import listeners
 from ..realload.common import die_with_parent
-from ..engines import resolve_engine
+from ..engines import EngineRelease, expect_release
 from ..errors import UserError
 from ..guard import REPORTS as GUARD_REPORTS, guard_refusal, reports as guard_reports, unguarded
 from . import llamacpp, reference, sglang, vllm
@@ -97,12 +97,17 @@ def backend_module(backend: str):
     return MODULES[backend]
 
 
-def server_command(backend: str, config: ServeConfig, engine=None, loader: str | None = None,
+def server_command(backend: str, config: ServeConfig, engine: EngineRelease | None = None, loader: str | None = None,
                    python: str | None = None) -> list[str]:
-    """The full argv for `backend`; `engine` (an Engine or a spec) is the release served, emulated by
-    the reference backend, or (vLLM) the one whose load the served checkpoint stands for."""
-    engine = resolve_engine(engine) if engine is not None else None
+    """The full argv for `backend`; `engine` is the release served, emulated by the reference backend,
+    or (vLLM) the one whose load the served checkpoint stands for."""
+    _expect_release_or_none(engine)
     return backend_module(backend).command(config, engine, loader, python)
+
+
+def _expect_release_or_none(engine) -> None:
+    if engine is not None:
+        expect_release(engine)
 
 
 
@@ -340,11 +345,12 @@ class DryRun:
     release: str | None = None
 
 
-def dry_run(backend: str, config: ServeConfig, engine=None, loader: str | None = None) -> DryRun:
+def dry_run(backend: str, config: ServeConfig, engine: EngineRelease | None = None,
+            loader: str | None = None) -> DryRun:
     """What `serve` would launch (a port the launcher would pick shown as SGLang's default), checked by
     SGLang's own parser when the backend is real SGLang, which is run only on GPU hosts. Raises
     LaunchUnchecked when that SGLang release's parser is not installed here."""
-    engine = resolve_engine(engine) if engine is not None else None
+    _expect_release_or_none(engine)
     config = replace(config, port=config.port or sglang.DEFAULT_PORT)
     command = server_command(backend, config, engine, loader)
     if BACKENDS[backend].runs_here:
@@ -354,7 +360,7 @@ def dry_run(backend: str, config: ServeConfig, engine=None, loader: str | None =
     return DryRun(command, sglang.verdict(config, engine), engine.release)
 
 
-def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str | None = None,
+def serve(backend: str, config: ServeConfig, log_path, engine: EngineRelease | None = None, loader: str | None = None,
           retry_without_cuda_graph: bool = True, **server_kwargs) -> Server:
     """Start and wait for a server; on a start-up hang of real SGLang, retry once with CUDA graphs off.
 
@@ -366,7 +372,7 @@ def serve(backend: str, config: ServeConfig, log_path, engine=None, loader: str 
     refused = [f for f in launch_checks(config.algorithm, config.draft) if f.severity == "error"]
     if refused:
         raise LaunchRefused("; ".join(f.brief() for f in refused))
-    engine = resolve_engine(engine) if engine is not None else None
+    _expect_release_or_none(engine)
     why = backend_module(backend).refusal(config, engine, loader)  # e.g. SGLang's own parser, before anything runs
     if why:
         raise LaunchRefused(why)

@@ -174,6 +174,7 @@ def served_draft(draft: str, engine, folder) -> str:
 
 
 def resolve(spec: str | None):
+    """The release `--engine` names (the CLI's words), or None."""
     from ..engines import resolve_engine
 
     return resolve_engine(spec) if spec else None

@@ -16,7 +16,7 @@ from .sglang import launch_args
 
 ROW = BACKENDS["reference"]
 LISTEN_FD_FLAG = "--listen-fd"  # reference.server's: the listening socket it inherits
-DEFAULT_ENGINE = ROW.default_engine  # the release it emulates unless told
+DEFAULT_ENGINE = ROW.default_spec  # the release it emulates unless told
 
 
 def command(config, engine=None, loader: str | None = None, python: str | None = None) -> list[str]:
@@ -43,7 +43,7 @@ def not_serving(base_url: str) -> str | None:
 def backend_label(engine=None) -> str:
     from ..realload.registry import REAL_LOADERS
 
-    emulated = engine or resolve_engine(DEFAULT_ENGINE)
+    emulated = engine or resolve(None)
     return (f"reference backend emulating {emulated.spec} "
             f"(CPU; not {REAL_LOADERS[emulated.name].display if emulated.name in REAL_LOADERS else emulated.name} itself)")
 
@@ -62,4 +62,5 @@ def served_draft(draft: str, engine, folder) -> str:
 
 
 def resolve(spec: str | None):
+    """The release `--engine` names (the CLI's words), else the one emulated by default."""
     return resolve_engine(spec or DEFAULT_ENGINE)

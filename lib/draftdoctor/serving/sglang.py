@@ -161,12 +161,12 @@ def served_draft(draft: str, engine, folder) -> str:
 def resolve(spec: str | None):
     """The engine served: `--engine`, else the installed SGLang (a release newer than the kit's rows
     is served with the newest flags the kit knows); None when neither is known."""
-    from ..engines import EngineSpecError
+    from ..engines import EngineRelease, EngineSpecError
 
     if spec:
         return resolve_engine(spec)
     installed = installed_release()
     try:
-        return resolve_engine(f"sglang=={installed}") if installed else None
+        return EngineRelease.of("sglang", installed) if installed else None
     except EngineSpecError:
         return None

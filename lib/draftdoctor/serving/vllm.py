@@ -45,7 +45,7 @@ class VllmNotInstalled(UserError):
 
 # The release `--backend vllm` serves unless told: the one its serving tests run (tests/test_vllm_serving.py,
 # tests/test_vllm_agreement.py, tests/test_ports.py), never whichever happens to be newest on disk.
-DEFAULT_RELEASE = ROW.default_engine.split("==")[1]
+DEFAULT_RELEASE = ROW.default_spec.split("==")[1]
 
 
 def served_release(release: str | None = None) -> str:
@@ -126,6 +126,7 @@ def served_draft(draft: str, engine, folder) -> str:
 
 
 def resolve(spec: str | None):
+    """The release `--engine` names (the CLI's words), or None."""
     from ..engines import resolve_engine
 
     return resolve_engine(spec) if spec else None
@@ -174,7 +175,7 @@ def as_loaded_by(draft, engine, dst) -> Path:
     from ..configrewrite import rewrite_config
     from ..coverage import DERIVED, LOADED
     from ..replay import replay
-    from ..engines import resolve_engine
+    from ..engines import EngineRelease
     from .. import rewriter
 
     ckpt = open_checkpoint(draft)
@@ -188,7 +189,7 @@ def as_loaded_by(draft, engine, dst) -> Path:
     if ckpt.index is not None:
         weight_map = {t.name: t.dst.name for shard in written for t in shard}
         (dst / INDEX_NAME).write_text(json.dumps({**ckpt.index, "weight_map": weight_map}, indent=2))
-    config = rewrite_config(ckpt.config, resolve_engine("vllm").profile).config
+    config = rewrite_config(ckpt.config, EngineRelease.newest("vllm").profile).config
     (dst / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
     return dst
 
