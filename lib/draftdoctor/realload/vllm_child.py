@@ -15,7 +15,7 @@ silently (docs/engine-facts.md: "Real engines on these CPUs"): every parameter i
 right after `load_weights` (before CPU post-processing repacks the linear weights), and every
 weight-loader call is recorded (draftdoctor.realload.recorder). The proposer later takes the
 target's embedding and head for a draft without its own (`has_own_embed_tokens`/`has_own_lm_head`):
-reported as `from_target`. The report has the shape of the SGLang child's (draftdoctor.realload).
+reported as `from_target`. One load report per checkpoint (draftdoctor.loadreport), as every child makes.
 Exit status: 0 with the reports, 3 when the release's environment is broken, 2 on bad arguments.
 `--load-only TARGET` instead builds TARGET and loads each draft through the proposer a server's worker
 uses (`EagleProposer.load_model`), with vLLM's plugins: what the guard sees in a server.
@@ -47,7 +47,7 @@ import traceback
 from pathlib import Path
 
 from ..toolstate import keep_out_of_home
-from . import SCHEMA_VERSION, nocode
+from . import nocode
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
                      process_group_init, fused_shards, on_exit, report_stream, run)
 from .recorder import LoadRecorder
@@ -304,9 +304,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.models import utils as model_utils
 
-    report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
-              "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "from_target": [],
-              "logs": [], "timings": {},
+    report = {"device": device, "error": None, "from_target": [], "timings": {},
               # Eagle3LlamaForCausalLM.load_weights reads every key into a dict, then loads them
               "keys_collected_first": True}
     captured = Captured()
@@ -455,8 +453,7 @@ def main(argv=None):
             return check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), scratch,
                          device_for(checkpoint, device))
 
-        header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
-                  "versions": versions,
+        header = {"engine": "vllm", "release": args.release, "versions": versions,
                   # the release's compiled kernels that did not load and were stood in for
                   "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS),
                   # a release without a CPU build: what was laid over which base, and its stand-ins
