@@ -173,16 +173,17 @@ def add_child_arguments(parser) -> None:
     parser.add_argument("--idle-timeout", type=float, default=600.0, help="(--serve) seconds without a request before exiting")
 
 
-def batch(paths, header: dict, setup_s: float, check_one) -> list[LoadReport]:
-    """One `LoadReport` per checkpoint folder: `header` (engine, release, versions, ...), the checkpoint,
-    then the fields `check_one(checkpoint, scratch)` found (plain values, checked as the parent checks
-    them), the set-up time first among its timings; `scratch` is a temporary folder the batch shares."""
+def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
+    """One `LoadReport` per checkpoint folder, as its wire form: `header` (engine, release, versions, ...),
+    the checkpoint, then the fields `check_one(checkpoint, scratch)` found (plain values, checked as the
+    parent checks them), the set-up time first among its timings; `scratch` is a temporary folder the
+    batch shares."""
     reports = []
     with tempfile.TemporaryDirectory(prefix=f"draftdoctor-{header['engine']}-") as scratch:
         for checkpoint in map(Path.resolve, map(Path, paths)):
             found = check_one(checkpoint, Path(scratch))
             found["timings"] = {"setup": setup_s, **found.get("timings", {})}
-            reports.append(LoadReport.of(**header, checkpoint=str(checkpoint), **found))
+            reports.append(LoadReport.of(**header, checkpoint=str(checkpoint), **found).to_wire())
             # The model just checked lives in reference cycles (modules and their parents, the recorder's
             # wrapped weight loaders): freed now, not at some later collection, so a batch or a warm
             # worker holds one model at a time (it had grown by 2 GB per 8B-target draft, to an OOM kill).
@@ -191,7 +192,7 @@ def batch(paths, header: dict, setup_s: float, check_one) -> list[LoadReport]:
 
 
 def run(args, out, checks) -> int:
-    """After set-up: one batch (`checks(paths, device, target_config)` -> LoadReports, their wire forms
+    """After set-up: one batch (`checks(paths, device, target_config)` -> the LoadReports' wire forms,
     printed on `out`), or,
     with --serve, every request a client sends until the worker is idle for --idle-timeout seconds;
     with neither checkpoints nor --serve, the install's self-check (`self_check`)."""
@@ -203,9 +204,9 @@ def run(args, out, checks) -> int:
             return self_check(out, checks)
         device = {"*": args.device, **{str(Path(f).resolve()): "meta" for f in args.meta_for}} if args.meta_for \
             else args.device
-        return emit(out, [r.to_wire() for r in checks(args.checkpoints, device, args.target_config)])
-    return serve(args.serve, args.idle_timeout, lambda request: [r.to_wire() for r in checks(
-        request["checkpoints"], request.get("device", "auto"), request.get("target_config"))])
+        return emit(out, checks(args.checkpoints, device, args.target_config))
+    return serve(args.serve, args.idle_timeout, lambda request: checks(
+        request["checkpoints"], request.get("device", "auto"), request.get("target_config")))
 
 
 def self_check(out, checks) -> int:
@@ -221,16 +222,16 @@ def self_check(out, checks) -> int:
     with tempfile.TemporaryDirectory(prefix="draftdoctor-self-check-") as folder:
         reports = checks([write_draft(Path(folder) / "draft", layout="midlayer")], "auto", None)
     for report in reports:
-        if report.error:
-            engine, release, found = report.engine, report.release, report.error
+        if report["error"]:
+            engine, release, found = report["engine"], report["release"], report["error"]
             print(f"draftdoctor: {engine} {release}'s self-check draft did not load "
-                  f"({found.stage}: {found.type}: {found.message})", file=sys.stderr)
+                  f"({found['stage']}: {found['type']}: {found['message']})", file=sys.stderr)
             try:
                 resolve_engine(f"{engine}=={release}")  # a release some profile row models
             except EngineSpecError:
                 continue
             return EXIT_ENVIRONMENT
-    return emit(out, [r.to_wire() for r in reports])
+    return emit(out, reports)
 
 
 def serve(socket_path: str, idle_timeout: float, handle) -> int:
