@@ -37,7 +37,7 @@ ELSEWHERE = {
     "torch": ("",),
     # the engines' own code: a release's folder, in the real loader's child, or the engine's server process
     "sglang": ("realload/child.py", "realload/adapters/", "guard/sglang.py"),
-    "vllm": ("realload/vllm_child.py", "guard/vllm.py"),
+    "vllm": ("realload/vllm_child.py", "realload/vllm_compat.py", "guard/vllm.py"),
     # llama.cpp's converter, vendored in the build (make llamacpp), and its requirements/llamacpp.txt
     "gguf": ("realload/llamacpp_child.py",),
     "conversion": ("realload/llamacpp_child.py",),

@@ -1,8 +1,8 @@
 """Coverage from what an engine release's own loader really did (`check --loader real`).
 
 `draftdoctor.realload` runs the release's config reader, model class and `load_weights` in a child
-process (SGLang or vLLM) and reports every weight write and every key; this module turns that report
-into the same `CoverageReport` the replay produces, so the two can be compared field by field (the
+process (SGLang, vLLM or llama.cpp) and reports every weight write and every key (a `LoadReport`,
+draftdoctor.loadreport); this module turns that report into the same `CoverageReport` the replay produces, so the two can be compared field by field (the
 differential test) and a user reads one format.
 
 When the engine cannot read the config's format (SGLang and speculators' nested format), it builds
@@ -29,6 +29,7 @@ from .coverage import (PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, FROM_TARGET, I
 from .engines import EngineRelease, expect_release, parameters
 from .layouts import detect_layout, is_training_only
 from .errors import UserError
+from .loadreport import LoadError, LoadReport
 from .realload.registry import REAL_LOADERS
 from .resources import BUDGET_VARIABLE, build_bytes, dtype_bytes, human, memory_budget
 
@@ -58,7 +59,7 @@ def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None
     `dims`: theirs, in their order, when the caller has read them already."""
     import json
 
-    from .realload import run_real_loaders
+    from .realload import load_reports
     from .realload.childenv import scratch as scratch_for
     from .realload.registry import RealLoaderError, installed_releases
 
@@ -91,7 +92,7 @@ def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None
             target_file = Path(scratch) / "target-config.json"
             target_file.write_text(json.dumps(target_config))
         try:
-            raws = run_real_loaders(folders + list(converted.values()), release, engine_name=engine.name,
+            raws = load_reports(folders + list(converted.values()), release, engine_name=engine.name,
                                     target_config=target_file, meta_for=over,
                                     timeout=timeout or 120.0 + 30.0 * (len(folders) + len(converted)))
         except (RealLoaderError, ValueError, FileNotFoundError) as e:
@@ -99,7 +100,7 @@ def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None
     extra = dict(zip(converted, raws[len(folders):]))
     reports = []
     for i, (checkpoint, raw) in enumerate(zip(checkpoints, raws)):
-        said = _error_finding(raw["error"], checkpoint, engine) if raw.get("error") else None
+        said = _error_finding(raw.error, checkpoint, engine) if raw.error else None
         if i in extra and said and said.code == "config-unreadable":  # refused at its config or class lookup
             report = from_real(extra[i], checkpoint, engine, shapes[i])
             report.findings.insert(0, F.Finding(said.code, said.severity, said.message + (
@@ -155,59 +156,60 @@ def _display(engine) -> str:
     return REAL_LOADERS[engine.name].display
 
 
-def is_shape_error(error: dict) -> bool:
+def is_shape_error(error: LoadError) -> bool:
     """A load that failed on a tensor's shape: a shape message, or a bare assertion of a weight loader
     (vLLM's merged-column loader asserts shapes without a message)."""
-    return error["stage"] == "load" and (any(s in error["message"] for s in SHAPE_ERRORS)
-                                         or error["type"] == "AssertionError")
+    return error.stage == "load" and (any(s in error.message for s in SHAPE_ERRORS) or error.type == "AssertionError")
 
 
-def _error_finding(error: dict, checkpoint, engine) -> F.Finding:
+def _error_finding(error: LoadError, checkpoint, engine) -> F.Finding:
     name = _display(engine)
-    message = f"{error['type']}: {error['message']}"
-    where = f" (loading {error['key']})" if error.get("key") else ""
-    if error["stage"] == "config" or error["stage"] == "build" and any(s in error["message"] for s in UNKNOWN_CLASS):
+    message = f"{error.type}: {error.message}"
+    where = f" (loading {error.key})" if error.key else ""
+    if error.stage == "config" or error.stage == "build" and any(s in error.message for s in UNKNOWN_CLASS):
         return F.finding("config-unreadable", f"{checkpoint.config_path}: {name} says \"{message}\"")
     if is_shape_error(error):
         return F.finding("shape-mismatch", f"{name} raised{where}: {message}")
-    return F.finding("loader-crash", f"{name} raised while {'building' if error['stage'] == 'build' else 'loading'}"
+    return F.finding("loader-crash", f"{name} raised while {'building' if error.stage == 'build' else 'loading'}"
                                      f" the draft{where}: {message}")
 
 
-def from_real(raw: dict, checkpoint, engine: EngineRelease, shape: tuple | None = None) -> CoverageReport:
-    """Map a `realload` report onto a CoverageReport (loader "real"); `shape`: the checkpoint's (dims,
-    draft-class row) when the caller has them already."""
+def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: tuple | None = None) -> CoverageReport:
+    """Map a load report (a `LoadReport`, or its wire form, read with `LoadReport.from_wire`) onto a
+    CoverageReport (loader "real"); `shape`: the checkpoint's (dims, draft-class row) when the caller has
+    them already."""
+    raw = raw if isinstance(raw, LoadReport) else LoadReport.from_wire(raw)
     expect_release(engine)
     dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
     specs = {p.name: p for p in parameters(profile, dims)}
     bytes_per = dominant_dtype_bytes(checkpoint)
     params, keys, findings = [], [], []
-    error = raw.get("error")
+    error = raw.error
     written_by: dict[str, tuple[str, str | None]] = {}
-    for p in raw["parameters"]:
-        spec = specs.get(p["name"])
-        ok = [w for w in p["writes"] if w["ok"]]
+    for p in raw.parameters:
+        spec = specs.get(p.name)
+        ok = [w for w in p.writes if w.ok]
         for w in ok:
-            written_by[w["key"]] = (p["name"], w["shard"])
-        expected = set(p["shards_expected"] or [])
+            written_by[w.key] = (p.name, w.shard)
+        expected = set(p.shards_expected or [])
         status = ParamStatus(
-            name=p["name"], role=spec.role if spec else "other", shape=tuple(spec.shape if spec else p["shape"]),
-            nbytes=math.prod(spec.shape if spec else p["shape"]) * bytes_per, status=STATUS[p["status"]], keys=[w["key"] for w in ok],
-            shards_written=list(p["shards_written"] or []),
-            shards_missing=sorted(expected - set(p["shards_written"] or [])))
+            name=p.name, role=spec.role if spec else "other", shape=tuple(spec.shape if spec else p.shape),
+            nbytes=math.prod(spec.shape if spec else p.shape) * bytes_per, status=STATUS[p.status], keys=[w.key for w in ok],
+            shards_written=list(p.shards_written or []),
+            shards_missing=sorted(expected - set(p.shards_written or [])))
         shape_error = error and is_shape_error(error)
-        if shape_error and any(not w["ok"] for w in p["writes"]):
+        if shape_error and any(not w.ok for w in p.writes):
             status.status = PARAM_MISMATCH
         if spec:
             settle_unwritten(status, profile, dims, spec, checkpoint.tensors)
-        if "from_target" in raw and not error:  # the engine's own word on what its proposer takes from the target
-            status.replaced_by_target = p["name"] in raw["from_target"]
+        if raw.from_target is not None and not error:  # the engine's own word on what its proposer takes from the target
+            status.replaced_by_target = p.name in raw.from_target
             if status.status == FROM_TARGET and not status.replaced_by_target:
-                status.status = STATUS[p["status"]]
+                status.status = STATUS[p.status]
             elif status.replaced_by_target and status.status in (UNINITIALIZED, PARTIAL):
                 status.status = FROM_TARGET
         params.append(status)
-    if raw.get("parameters_complete") is False:  # llama.cpp's converter stopped before it wrote a model
+    if not raw.parameters_complete:  # llama.cpp's converter stopped before it wrote a model
         listed = {p.name for p in params}
         for spec in specs.values():
             if spec.name not in listed:
@@ -215,30 +217,29 @@ def from_real(raw: dict, checkpoint, engine: EngineRelease, shape: tuple | None 
                                      nbytes=math.prod(spec.shape) * bytes_per, status=UNINITIALIZED)
                 settle_unwritten(status, profile, dims, spec, checkpoint.tensors)
                 params.append(status)
-    seen = {k["key"] for k in raw["keys"]}
-    for k in raw["keys"]:
-        t = checkpoint.tensors.get(k["key"])
-        ks = KeyStatus(k["key"], DROPPED, shape=tuple(k["shape"]), nbytes=t.nbytes if t else 0)
-        if k["consumed_as"] == "parameter":
-            ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k["key"], (k["parameters"][0], None))
-            if any(part in k["key"] for pair in profile.paired_keys for part in pair[:2]):
+    seen = {k.key for k in raw.keys}
+    for k in raw.keys:
+        t = checkpoint.tensors.get(k.key)
+        ks = KeyStatus(k.key, DROPPED, shape=tuple(k.shape), nbytes=t.nbytes if t else 0)
+        if k.consumed_as == "parameter":
+            ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k.key, (k.parameters[0], None))
+            if any(part in k.key for pair in profile.paired_keys for part in pair[:2]):
                 ks.reason = f"{PAIR_REASON} into {ks.param}"  # the engine caches one, then writes both at once
-        elif k["consumed_as"] == "attribute":
-            ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k['attributes'])} attribute"
-        elif error and error.get("stage") == "load" and error.get("key") == k["key"]:
-            ks.status, ks.reason = (MISMATCH if is_shape_error(error) else CRASHED,
-                                    error["message"])
-        elif error and error.get("stage") == "load" and (raw.get("keys_collected_first") or profile.loads_all_or_nothing):
+        elif k.consumed_as == "attribute":
+            ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k.attributes)} attribute"
+        elif error and error.stage == "load" and error.key == k.key:
+            ks.status, ks.reason = (MISMATCH if is_shape_error(error) else CRASHED, error.message)
+        elif error and error.stage == "load" and (raw.keys_collected_first or profile.loads_all_or_nothing):
             # vLLM's EAGLE-3 load_weights reads every key, then places them in its own order, and
             # llama.cpp places nothing from a failed load: after the error, an unplaced key was not
             # reached, not skipped
             ks.status, ks.reason = NOT_REACHED, "the load failed before this key was placed"
-        elif any(sub in k["key"] for sub in profile.ignored_keys):
+        elif any(sub in k.key for sub in profile.ignored_keys):
             ks.status, ks.reason = IGNORED, "skipped by design"
-        elif is_training_only(k["key"]):
+        elif is_training_only(k.key):
             ks.status, ks.reason = TRAINING_ONLY, "training-only tensor; no engine parameter exists for it"
         else:
-            ks.reason = "consumed by no weight loader: skipped" + (" with a warning" if _warned(raw, k["key"]) else " silently")
+            ks.reason = "consumed by no weight loader: skipped" + (" with a warning" if _warned(raw, k.key) else " silently")
         keys.append(ks)
         if ks.status == LOADED:
             findings += _resized(ks, specs, profile)
@@ -256,15 +257,15 @@ def from_real(raw: dict, checkpoint, engine: EngineRelease, shape: tuple | None 
     return report
 
 
-def overlay_detail(raw: dict) -> str:
+def overlay_detail(raw: LoadReport) -> str:
     """How a release without a CPU build ran (realload.install's overlay), for the report's loader line:
     whose Python on which build, with what stood in; "" for a release's own CPU build."""
-    laid = raw.get("overlay")
+    laid = raw.overlay
     if not laid:
         return ""
-    name = REAL_LOADERS[raw["engine"]].display
-    return (f"{name} {laid['release']}'s own Python ({laid['wheel']}) on {raw['engine']}-cpu {laid['base']}'s compiled "
-            f"kernels (no CPU build of {laid['release']} exists); stood in: {'; '.join(raw.get('stand_ins') or []) or 'nothing'}")
+    name = REAL_LOADERS[raw.engine].display
+    return (f"{name} {laid['release']}'s own Python ({laid['wheel']}) on {raw.engine}-cpu {laid['base']}'s compiled "
+            f"kernels (no CPU build of {laid['release']} exists); stood in: {'; '.join(raw.stand_ins or []) or 'nothing'}")
 
 
 def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:
@@ -278,5 +279,5 @@ def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:
     return [resized_finding(profile, key.key, key.shape, key.param, expected)]
 
 
-def _warned(raw: dict, key: str) -> bool:
-    return any(key in entry.get("message", "") for entry in raw.get("logs", []))
+def _warned(raw: LoadReport, key: str) -> bool:
+    return any(key in entry.message for entry in raw.logs)

@@ -115,7 +115,7 @@ def rank_label(distributed: str) -> str | None:
 def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, opened=(),
           config: dict | None = None) -> GuardVerdict:
     """The verdict on one recorded load: `raw` is the recorder's report (plus "from_target", the
-    parameters the engine was seen to take from the target); `draft` the name the engine was given
+    parameters the engine was seen to take from the target), or a load report's wire form (`load_report`); `draft` the name the engine was given
     (a folder, or a hub id); `opened` the folders whose weight files its loader opened; `config` the
     engine's own config of the draft, used only when no opened folder can be read. The findings are
     `realcheck.from_real`'s, on the folder the loader opened, else on the keys it read (names, shapes,
@@ -133,7 +133,7 @@ def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, open
         notes.append(f"{engine_spec} is not a release the kit knows; read with the rows of {engine.spec}")
     checkpoint, note = loaded_checkpoint(raw, opened, config)
     notes += [note] if note else []
-    report = from_real(raw, checkpoint, engine)
+    report = from_real(load_report(raw, engine, draft), checkpoint, engine)
     refused = bool(report.uninitialized or report.dropped)
     findings = [f.line(printable) for f in report.findings
                 if f.severity == "error" and f.code in ("uninitialized-params", "dropped-keys")]
@@ -143,6 +143,18 @@ def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, open
     name = str(draft) if folders in ([], [os.path.abspath(draft)]) else f"{draft} (read from {', '.join(folders)})"
     return GuardVerdict(engine.spec, name, len(report.params) - len(report.uninitialized), len(report.params),
                         refused, findings, notes, rank)
+
+
+def load_report(raw: dict, engine, draft: str):
+    """`raw` as a LoadReport (draftdoctor.loadreport): a load report's wire form as it is; the recorder's
+    record of a load in a server's process (its parameters, keys and attributes, and `from_target`
+    where the engine was seen to take some) with `engine` and `draft` as its header."""
+    from ..loadreport import LoadReport
+
+    if "version" in raw:
+        return LoadReport.from_wire(raw)
+    return LoadReport.of(engine=engine.name, release=engine.release, versions={}, checkpoint=str(draft),
+                         device="server", **raw)
 
 
 def loaded_checkpoint(raw: dict, opened=(), config: dict | None = None):

@@ -11,78 +11,44 @@ state never leak into the caller (e.g. a notebook kernel). The parent side's mod
     childenv.py   what a child sees and runs in (`CHILD_ENV`, `_child`, `kit_path`), the private state
                   folder and scratch folders, and the cold run (`_run_child`: a fresh child per batch)
     pool.py       the warm workers: one per release, reused across calls and processes
-    this module   the entry points: `run_real_loaders`, `run_real_loader`, `parse_launch`, `self_check`
+    this module   the entry points: `load_reports`, `run_real_loaders`, `run_real_loader`, `parse_launch`,
+                  `self_check`
 
-Every child prints reports of this shape (the vLLM child adds `from_target`: the parameters its EAGLE
-proposer takes from the target).
-
-`run_real_loader(checkpoint_dir, release)` returns the child's report, a JSON object:
-
-    schema        1
-    loader        "real"
-    engine        "sglang"
-    release       "0.5.10"
-    versions      {"sglang": ..., "torch": ..., "transformers": ...} as installed in the child
-    checkpoint    absolute path of the checkpoint folder
-    device        "cpu" (real tensors) or "meta" (shapes only; chosen for checkpoints > 1 GiB)
-    config        null if SGLang could not read the config, else
-                  {"architectures": [...], "model_type": str, "dtype": "float16"} as SGLang resolved them
-    model_class   "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3" once the registry built it, else null
-    error         null, or what SGLang raised:
-                  {"stage": "config" | "build" | "load",   config = reading config.json (ModelConfig),
-                                                           build = registry lookup and model construction,
-                                                           load = the class's load_weights
-                   "type": "ValueError", "message": SGLang's own message,
-                   "key": checkpoint key being loaded when it raised (load stage) or null,
-                   "origin": "sglang/srt/...py:LINE in FUNC" (innermost frame), "traceback": str}
-    postprocess   "done" after SGLang's post-load processing, "skipped on meta: ..." (it needs real tensors),
-                  null if loading never finished
-    parameters    one entry per model parameter (empty if the model was never built):
-                  {"name": "model.midlayer.self_attn.qkv_proj.weight", "shape": [128, 128], "dtype": "float16",
-                   "numel": int,
-                   "status": "written" | "partial" | "untouched",
-                   "elements_written": int (elements no longer holding the pre-filled sentinel NaN) or null on meta,
-                   "writes": [{"key": checkpoint key, "shard": "q"|"k"|"v"|"0"|"1"|null, "ok": bool}, ...]
-                             every weight-loader call, in order (ok false: the loader raised),
-                   "shards_expected": ["q","k","v"] / ["0","1"] for fused parameters, else null,
-                   "shards_written": shards with a successful write (fused parameters), else null,
-                   "unattributed_write": true if data changed without a recorded weight-loader call,
-                   "sha256": hex digest of the parameter's bytes after loading (cpu), else null}
-    keys          one entry per key the production weights iterator yielded, in order:
-                  {"key": "layers.0.mlp.up_proj.weight", "shape": [...], "dtype": "float16",
-                   "consumed": bool, "consumed_as": "parameter" | "attribute" | null,
-                   "parameters": [names written from it, successful writes only],
-                   "attributes": [model attributes it set]}
-    all_keys_seen true if the iterator was exhausted (false after an error mid-load: later keys absent)
-    attributes    {"hot_token_id": {"from_key": "d2t", "type": "Tensor", "shape": [...], "dtype": "int64"}}
-    logs          warnings/errors logged while reading, building and loading:
-                  [{"stage": ..., "level": "WARNING", "logger": "sglang....", "message": ...}]
-    timings       seconds: {"setup", "config", "build", "load", "postprocess"} for the stages that ran;
-                  "setup" (importing SGLang, process group) is per child process, shared by a batch
+Every child makes one `LoadReport` per checkpoint (draftdoctor.loadreport: the one schema, documented
+there) and sends its wire form; `run_real_loaders` reads each back with `LoadReport.from_wire` before
+anything else sees it, so a report of another version or shape (a warm worker of an older kit) is an
+error naming the field, never a misread.
 """
 
 import json
 import os
 from pathlib import Path
 
+from ..loadreport import VERSION as SCHEMA_VERSION, LoadReport, LoadReportError
 from .childenv import CHILD_ENV, WorkerPlaceUnsafe, _run_child, kit_path, scratch, scratch_folder
 from .pool import WORKER_SWITCH, NoRoomForWorker, _worker_call, stop_worker, stop_workers
 from .registry import (OVERLAY_RECORD, READY_MARKER, REAL_LOADERS, RealLoaderCrashed, RealLoaderError, RealLoaders,
                        RealLoaderTimeout, ReleaseNotInstalled, installed_releases, release_env, releases, releases_dir)
 
-SCHEMA_VERSION = 1
-
 # the public names, read by callers from `draftdoctor.realload`; each is owned (and patched) where it comes from
 __all__ = ["CHILD_ENV", "OVERLAY_RECORD", "READY_MARKER", "REAL_LOADERS", "SCHEMA_VERSION", "WORKER_SWITCH",
-           "NoRoomForWorker", "RealLoaderCrashed", "RealLoaderError", "RealLoaderTimeout", "RealLoaders",
-           "ReleaseNotInstalled", "WorkerPlaceUnsafe", "installed_releases", "kit_path", "parse_launch",
+           "LoadReport", "NoRoomForWorker", "RealLoaderCrashed", "RealLoaderError", "RealLoaderTimeout", "RealLoaders",
+           "ReleaseNotInstalled", "WorkerPlaceUnsafe", "installed_releases", "kit_path", "load_reports", "parse_launch",
            "release_env", "releases", "releases_dir", "run_real_loader", "run_real_loaders", "scratch",
            "scratch_folder", "self_check", "stop_worker", "stop_workers"]
 
 
 def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
-                     engine_name: str = "sglang", target_config=None, meta_for=()) -> list:
-    """One report per checkpoint (see the module docstring), all loaded in one process: the release's
+                     engine_name: str = "sglang", target_config=None, meta_for=()) -> list[dict]:
+    """The wire form of each checkpoint's `LoadReport` (`load_reports`, checked), for callers that keep
+    plain JSON."""
+    return [r.to_wire() for r in load_reports(checkpoint_dirs, release, timeout=timeout, device=device, engine_name=engine_name,
+                                              target_config=target_config, meta_for=meta_for)]
+
+
+def load_reports(checkpoint_dirs, release: str, timeout: float | None = None, device: str = "auto",
+                 engine_name: str = "sglang", target_config=None, meta_for=()) -> list[LoadReport]:
+    """One `LoadReport` per checkpoint, all loaded in one process: the release's
     warm worker (started on first use, reused by later calls and other processes until idle for
     pool.WORKER_IDLE_S), or with $DRAFTDOCTOR_REALLOAD_WORKER=0 a fresh child.
 
@@ -102,17 +68,33 @@ def run_real_loaders(checkpoint_dirs, release: str, timeout: float | None = None
     if os.environ.get(WORKER_SWITCH, "1") != "0":
         devices = {"*": device, **dict.fromkeys(meta, "meta")} if meta else device
         try:
-            return _worker_call(release, {"checkpoints": paths, "device": devices, "target_config": target}, timeout,
-                                engine_name)
+            answer = _worker_call(release, {"checkpoints": paths, "device": devices, "target_config": target},
+                                  timeout, engine_name)
         except (WorkerPlaceUnsafe, NoRoomForWorker):
             pass  # no worker where another user could answer for it, or no room: this check runs cold
-    return _run_child(release, ["--device", device, *(a for f in meta for a in ("--meta-for", f)),
-                                *(["--target-config", target] if target else []), *paths], timeout, engine_name)
+        else:
+            return _read(answer, len(paths), engine_name, release, worker=True)
+    return _read(_run_child(release, ["--device", device, *(a for f in meta for a in ("--meta-for", f)),
+                                      *(["--target-config", target] if target else []), *paths], timeout, engine_name),
+                 len(paths), engine_name, release, worker=False)
+
+
+def _read(wires, count: int, engine_name: str, release: str, worker: bool) -> list[LoadReport]:
+    """The boundary: a child's answer read as `count` load reports, or RealLoaderCrashed naming what is
+    not (a worker that answered so is stopped: the next call starts one of this kit)."""
+    try:
+        if not isinstance(wires, list) or len(wires) != count:
+            raise LoadReportError(f"{count} load reports asked for, the answer is not a list of {count}")
+        return [LoadReport.from_wire(w) for w in wires]
+    except LoadReportError as e:
+        if worker:
+            stop_worker(engine_name, release)
+        raise RealLoaderCrashed(f"{engine_name} {release} real loader answered with what this kit cannot read: {e}") from None
 
 
 def run_real_loader(checkpoint_dir, release: str, timeout: float = 120.0, device: str = "auto",
                     engine_name: str = "sglang") -> dict:
-    """Load `checkpoint_dir` with `engine` `release`'s own code and return the report described above.
+    """Load `checkpoint_dir` with `engine_name` `release`'s own code and return its load report's wire form.
 
     `device`: "cpu" builds real tensors (sentinel and hashes), "meta" shapes only, "auto" picks meta for
     checkpoints over 1 GiB. Raises ReleaseNotInstalled, RealLoaderTimeout or RealLoaderCrashed

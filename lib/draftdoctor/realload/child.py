@@ -8,7 +8,7 @@ The path through SGLang is the one its scheduler takes for a draft: `ModelConfig
 is_draft_model=True)`, then `get_model` (registry lookup by `architectures`, build under the model's
 dtype, production safetensors iterator, the class's `load_weights`). The only interventions are the
 import stubs, the adapter's CPU flags, and the recorder wrapped around `load_weights_and_postprocess`.
-Prints a JSON array with one report per checkpoint. Exit status: 0 with the reports (also when SGLang
+Prints a JSON array with one load report per checkpoint (draftdoctor.loadreport). Exit status: 0 with the reports (also when SGLang
 raised: that is a finding), 3 when the release's environment or adapter is broken (message on
 stderr), 2 on bad arguments.
 """
@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import SCHEMA_VERSION, nocode, stubs
+from . import nocode, stubs
 from .adapters import AdapterMismatch, get as get_adapter
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, emit, error, exit_now,
                      process_group_init, fused_shards, report_stream, run)
@@ -69,15 +69,15 @@ def _fused_shards(module):
 
 
 def check(adapter, server_args, checkpoint, device):
-    """Read, build and load `checkpoint` through SGLang; return the report (see the package docstring)."""
+    """Read, build and load `checkpoint` through SGLang; return the load report's fields it found
+    (draftdoctor.loadreport.LoadReport; SGLang does not say what it takes from the target)."""
     import torch
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader import get_model
     from sglang.srt.model_loader.loader import DefaultModelLoader
 
-    report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
-              "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "logs": [], "timings": {}}
+    report = {"device": device, "timings": {}}
     captured = Captured()
     logging.getLogger().addHandler(captured)
     stages = Stages(report["timings"], captured)
@@ -174,9 +174,8 @@ def _versions():
 
 
 def run_checks(adapter, server_args, release, paths, device, setup_s):
-    """One report per checkpoint folder."""
-    header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "sglang", "release": release,
-              "versions": _versions()}
+    """One LoadReport per checkpoint folder."""
+    header = {"engine": "sglang", "release": release, "versions": _versions()}
     return batch(paths, header, setup_s,
                  lambda checkpoint, _scratch: check(adapter, server_args, checkpoint, device_for(checkpoint, device)))
 

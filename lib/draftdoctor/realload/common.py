@@ -1,6 +1,7 @@
-"""What both real-loader children (SGLang's `child`, vLLM's `vllm_child`) do the same way: take the
-same arguments; record the engine's logged warnings, its errors with their origin and the stages'
-times; set up the gloo process group on a file store and loopback; answer one batch on stdout, or serve batches as a
+"""What the real-loader children (SGLang's `child`, vLLM's `vllm_child`, llama.cpp's `llamacpp_child`) do
+the same way: take the same arguments; record the engine's logged warnings, its errors with their origin
+and the stages' times; set up the gloo process group on a file store and loopback; make one `LoadReport`
+per checkpoint (draftdoctor.loadreport) and answer a batch's wire forms on stdout, or serve batches as a
 warm worker on a Unix socket (`serve`)."""
 
 import contextlib
@@ -14,6 +15,8 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
+
+from ..loadreport import LoadReport
 
 
 EXIT_ENVIRONMENT = 3  # the child's exit status when the release's environment is broken (realload reads it)
@@ -158,7 +161,7 @@ def device_for(checkpoint, requested) -> str:
 
 
 def add_child_arguments(parser) -> None:
-    """The arguments both children take: checkpoints (one batch, printed on stdout), or --serve (a warm
+    """The arguments every child takes: checkpoints (one batch, printed on stdout), or --serve (a warm
     worker answering batches on a Unix socket until idle)."""
     parser.add_argument("checkpoints", nargs="*", help="draft checkpoint folders (none: the install's self-check on a tiny draft)")
     parser.add_argument("--release", required=True)
@@ -171,15 +174,16 @@ def add_child_arguments(parser) -> None:
 
 
 def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
-    """One report per checkpoint folder: `header` (schema, loader, engine, release, versions, ...), the
-    checkpoint, then what `check_one(checkpoint, scratch)` found, the set-up time first among its
-    timings; `scratch` is a temporary folder the batch shares."""
+    """One `LoadReport` per checkpoint folder, as its wire form: `header` (engine, release, versions, ...),
+    the checkpoint, then the fields `check_one(checkpoint, scratch)` found (plain values, checked as the
+    parent checks them), the set-up time first among its timings; `scratch` is a temporary folder the
+    batch shares."""
     reports = []
     with tempfile.TemporaryDirectory(prefix=f"draftdoctor-{header['engine']}-") as scratch:
         for checkpoint in map(Path.resolve, map(Path, paths)):
-            report = {**header, "checkpoint": str(checkpoint), **check_one(checkpoint, Path(scratch))}
-            report["timings"] = {"setup": setup_s, **report["timings"]}
-            reports.append(report)
+            found = check_one(checkpoint, Path(scratch))
+            found["timings"] = {"setup": setup_s, **found.get("timings", {})}
+            reports.append(LoadReport.of(**header, checkpoint=str(checkpoint), **found).to_wire())
             # The model just checked lives in reference cycles (modules and their parents, the recorder's
             # wrapped weight loaders): freed now, not at some later collection, so a batch or a warm
             # worker holds one model at a time (it had grown by 2 GB per 8B-target draft, to an OOM kill).
@@ -188,7 +192,8 @@ def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
 
 
 def run(args, out, checks) -> int:
-    """After set-up: one batch (`checks(paths, device, target_config)` -> reports, printed on `out`), or,
+    """After set-up: one batch (`checks(paths, device, target_config)` -> the LoadReports' wire forms,
+    printed on `out`), or,
     with --serve, every request a client sends until the worker is idle for --idle-timeout seconds;
     with neither checkpoints nor --serve, the install's self-check (`self_check`)."""
     # What set-up made (torch, the engine, its registry) lives as long as the process: out of the

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 
 from ..toolstate import BUILD, trusted
-from . import SCHEMA_VERSION, nocode
+from . import nocode
 from .common import EXIT_ENVIRONMENT, add_child_arguments, batch, die_with_parent, error, exit_now, report_stream, run
 
 LLAMACPP = BUILD / "llamacpp"
@@ -299,13 +299,13 @@ def loader_tensors() -> set[str]:
 
 
 def report(draft_config, failure, parameters, keys, timings, metadata, from_target, complete=True) -> dict:
-    """The real-loader report; `parameters_complete` is False when the converter stopped before writing
-    a GGUF, so only the tensors it made so far are listed (the rest are the profile's to name)."""
+    """The load report's fields (draftdoctor.loadreport.LoadReport); `parameters_complete` is False when
+    the converter stopped before writing a GGUF, so only the tensors it made so far are listed (the rest
+    are the profile's to name)."""
     return {"config": {"architectures": draft_config.get("architectures"), "model_type": None, "dtype": "float32"},
-            "model_class": "llama.cpp eagle3", "device": "cpu", "error": failure,
-            "postprocess": None, "parameters": parameters, "keys": keys,
-            "all_keys_seen": failure is None, "parameters_complete": complete,
-            "attributes": {}, "logs": [], "timings": timings, "gguf": metadata, "from_target": from_target}
+            "model_class": "llama.cpp eagle3", "device": "cpu", "error": failure, "parameters": parameters,
+            "keys": keys, "all_keys_seen": failure is None, "parameters_complete": complete, "timings": timings,
+            "gguf": metadata, "from_target": from_target}
 
 
 def main(argv=None):
@@ -327,8 +327,7 @@ def main(argv=None):
 
     def checks(paths, device, target_config):
         target = json.loads(Path(target_config).read_text()) if target_config else None
-        header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "llamacpp", "release": args.release,
-                  "versions": versions}
+        header = {"engine": "llamacpp", "release": args.release, "versions": versions}
         return batch(paths, header, setup_s, lambda checkpoint, scratch: check(checkpoint, target, scratch))
 
     return run(args, out, checks)

@@ -21,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .. import loadreport
 from . import registry
 from .childenv import WorkerPlaceUnsafe, _broken, _child, _private, worker_state
 from .common import EXIT_ENVIRONMENT, peer_uid, read_line
@@ -35,11 +36,14 @@ WORKER_SWITCH = "DRAFTDOCTOR_REALLOAD_WORKER"
 
 def _worker_folder(engine_name, release, state: Path) -> tuple[Path, str]:
     """(folder, file stem) of the worker for `release` installed where it is now: a worker of another
-    install (DRAFTDOCTOR_*_DIR), another checkout's kit or an edited child is another worker. The
+    install (DRAFTDOCTOR_*_DIR), another checkout's kit, an edited child or another load report (its
+    module, its wire version) is another worker, so no caller reads an older worker's answers. The
     folder is `state`, or, when the socket's path would pass a Unix socket's 107 bytes, a folder in
     /tmp named by the state folder (a predictable name: `_private` refuses it when it is not ours)."""
-    code = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in registry.HERE.glob("*.py"))
-    tag = hashlib.sha1(f"{release_env(release, engine_name)}|{registry.HERE}|{code}".encode()).hexdigest()[:10]
+    code = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size)
+                  for p in [*registry.HERE.glob("*.py"), Path(loadreport.__file__)])
+    tag = hashlib.sha1(f"{release_env(release, engine_name)}|{registry.HERE}|{code}|{loadreport.VERSION}".encode()
+                       ).hexdigest()[:10]
     stem = f"{engine_name}-{release}-{tag}"
     if len(str(state / f"{stem}.sock")) > 100:
         return Path("/tmp") / f"draftdoctor-{os.getuid()}-{hashlib.sha1(str(state).encode()).hexdigest()[:8]}", stem

