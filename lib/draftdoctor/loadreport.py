@@ -122,7 +122,7 @@ class LoadReport:
     """What one engine release's own loader did with one draft checkpoint: the one schema of every
     real loader's report (SGLang, vLLM, llama.cpp).
 
-    Header: `loader` "real"; `engine` ("sglang" | "vllm" | "llamacpp") and `release`; `versions`, the
+    Header: `loader` "real"; `engine_name` ("sglang" | "vllm" | "llamacpp") and `release`; `versions`, the
     packages as installed in the child; `checkpoint`, the folder's absolute path; `device`, "cpu" (real
     tensors) or "meta" (shapes only: chosen above 1 GiB, or for a draft whose config claims more than
     the machine can spare), or "server" (a load the guard recorded inside a serving engine's own
@@ -144,7 +144,7 @@ class LoadReport:
     before placing any (vLLM's EAGLE-3); `gguf`, the converted file's EAGLE-3 metadata (llama.cpp);
     `kernels_stood_in`, `torch_shims`, `overlay` and `stand_ins`, what a vLLM release ran with around
     its own code (None for the other engines)."""
-    engine: str
+    engine_name: str
     release: str
     versions: dict[str, str]
     checkpoint: str

@@ -263,8 +263,8 @@ def overlay_detail(raw: LoadReport) -> str:
     laid = raw.overlay
     if not laid:
         return ""
-    name = REAL_LOADERS[raw.engine].display
-    return (f"{name} {laid['release']}'s own Python ({laid['wheel']}) on {raw.engine}-cpu {laid['base']}'s compiled "
+    name = REAL_LOADERS[raw.engine_name].display
+    return (f"{name} {laid['release']}'s own Python ({laid['wheel']}) on {raw.engine_name}-cpu {laid['base']}'s compiled "
             f"kernels (no CPU build of {laid['release']} exists); stood in: {'; '.join(raw.stand_ins or []) or 'nothing'}")
 
 

@@ -153,7 +153,7 @@ def load_report(raw: dict, engine, draft: str):
 
     if "version" in raw:
         return LoadReport.from_wire(raw)
-    return LoadReport.of(engine=engine.name, release=engine.release, versions={}, checkpoint=str(draft),
+    return LoadReport.of(engine_name=engine.name, release=engine.release, versions={}, checkpoint=str(draft),
                          device="server", **raw)
 
 

@@ -175,7 +175,7 @@ def _versions():
 
 def run_checks(adapter, server_args, release, paths, device, setup_s):
     """One LoadReport per checkpoint folder."""
-    header = {"engine": "sglang", "release": release, "versions": _versions()}
+    header = {"engine_name": "sglang", "release": release, "versions": _versions()}
     return batch(paths, header, setup_s,
                  lambda checkpoint, _scratch: check(adapter, server_args, checkpoint, device_for(checkpoint, device)))
 

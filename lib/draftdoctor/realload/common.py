@@ -179,7 +179,7 @@ def batch(paths, header: dict, setup_s: float, check_one) -> list[dict]:
     parent checks them), the set-up time first among its timings; `scratch` is a temporary folder the
     batch shares."""
     reports = []
-    with tempfile.TemporaryDirectory(prefix=f"draftdoctor-{header['engine']}-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"draftdoctor-{header['engine_name']}-") as scratch:
         for checkpoint in map(Path.resolve, map(Path, paths)):
             found = check_one(checkpoint, Path(scratch))
             found["timings"] = {"setup": setup_s, **found.get("timings", {})}
@@ -223,7 +223,7 @@ def self_check(out, checks) -> int:
         reports = checks([write_draft(Path(folder) / "draft", layout="midlayer")], "auto", None)
     for report in reports:
         if report["error"]:
-            engine, release, found = report["engine"], report["release"], report["error"]
+            engine, release, found = report["engine_name"], report["release"], report["error"]
             print(f"draftdoctor: {engine} {release}'s self-check draft did not load "
                   f"({found['stage']}: {found['type']}: {found['message']})", file=sys.stderr)
             try:

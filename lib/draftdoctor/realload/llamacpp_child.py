@@ -327,7 +327,7 @@ def main(argv=None):
 
     def checks(paths, device, target_config):
         target = json.loads(Path(target_config).read_text()) if target_config else None
-        header = {"engine": "llamacpp", "release": args.release, "versions": versions}
+        header = {"engine_name": "llamacpp", "release": args.release, "versions": versions}
         return batch(paths, header, setup_s, lambda checkpoint, scratch: check(checkpoint, target, scratch))
 
     return run(args, out, checks)

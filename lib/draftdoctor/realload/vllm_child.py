@@ -320,7 +320,7 @@ def main(argv=None):
             return check(checkpoint, target or stand_in_target(draft_config, STAND_IN_LAYERS), scratch,
                          device_for(checkpoint, device))
 
-        header = {"engine": "vllm", "release": args.release, "versions": versions,
+        header = {"engine_name": "vllm", "release": args.release, "versions": versions,
                   # the release's compiled kernels that did not load and were stood in for
                   "kernels_stood_in": dict(KERNELS), "torch_shims": list(TORCH_SHIMS),
                   # a release without a CPU build: what was laid over which base, and its stand-ins
