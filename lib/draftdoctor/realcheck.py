@@ -125,7 +125,6 @@ def claimed_bytes(checkpoint: Checkpoint, engine: EngineRelease, target_config: 
     every parameter the engine creates, at the config's dtype; the rotary cache engines build at load
     (max positions x head dim, float32); and what the check itself builds per vocabulary entry. `shape`:
     the checkpoint's (dims, draft-class row) when the caller has them already."""
-    expect_release(engine)
     dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
     config = checkpoint.config or {}
     total = build_bytes((p.shape for p in parameters(profile, dims)), dtype_bytes(config))
@@ -179,7 +178,6 @@ def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: 
     CoverageReport (loader "real"); `shape`: the checkpoint's (dims, draft-class row) when the caller has
     them already."""
     raw = raw if isinstance(raw, LoadReport) else LoadReport.from_wire(raw)
-    expect_release(engine)
     dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
     specs = {p.name: p for p in parameters(profile, dims)}
     bytes_per = dominant_dtype_bytes(checkpoint)
