@@ -78,7 +78,7 @@ def test_the_comparison_does_not_depend_on_the_memory_free(public_corpus, monkey
     require_release("0.5.10")
     monkeypatch.setenv("DRAFTDOCTOR_MEMORY_BUDGET", "1")
     some = dict(sorted(public_corpus.items())[:3])
-    reals = real_checks(list(some.values()), "sglang==0.5.10")
+    reals = real_checks(list(some.values()), resolve_engine("sglang==0.5.10"))
     assert all(any("meta device" in f.message for f in real.findings) for real in reals)
     assert_agree(some, "sglang==0.5.10")
 

@@ -10,6 +10,7 @@ import pytest
 from conftest import require_release
 
 from draftdoctor.proofs.agreement import compare_with_vllm, prompt_ids, reference_acceptance
+from draftdoctor.engines import resolve_engine
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 PROMPTS = [json.loads(line)["prompt"] for line in (DEMO / "prompts.jsonl").read_text().splitlines()][:16]
@@ -42,7 +43,7 @@ def test_sglangs_chain_positions_per_release(agreement, tmp_path, release, agree
     from draftdoctor.fix import apply_fix, plan_fix
 
     fixed = apply_fix(plan_fix(DEMO / "draft-speculators", f"sglang=={release}", target=DEMO / "target"), tmp_path / "f").dst
-    sglang = reference_acceptance(DEMO / "target", fixed, f"sglang=={release}", prompt_ids(DEMO / "target", PROMPTS), 48, 4)
+    sglang = reference_acceptance(DEMO / "target", fixed, resolve_engine(f"sglang=={release}"), prompt_ids(DEMO / "target", PROMPTS), 48, 4)
     assert sglang.output_ids == agreement.real.output_ids
     gap = max(abs(a - b) for a, b in zip(sglang.per_position, agreement.real.per_position))
     if agrees:
