@@ -92,6 +92,7 @@ def test_a_worker_of_another_report_version_is_another_worker(monkeypatch, tmp_p
     covers the report module and its version, not only the children's files."""
     from draftdoctor.realload import pool
 
+    monkeypatch.setattr(pool, "release_env", lambda release, engine_name: tmp_path / engine_name / release)  # any
     before = pool._worker_folder("sglang", "0.5.10", tmp_path)
     monkeypatch.setattr(loadreport, "VERSION", VERSION + 1)
     assert pool._worker_folder("sglang", "0.5.10", tmp_path) != before
