@@ -57,19 +57,23 @@ def reports(root: Path, real: bool) -> dict:
     return out
 
 
+PRINTED_SET = re.compile(r"\{('[^'{}]*'(?:, '[^'{}]*')*)\}")
+
+
 def _machine_free(text: str) -> dict:
     """A snapshot with what the machine decided left out: object addresses, the order of a printed set, the
     note that a draft was built on the meta device."""
-    text = re.sub(r"0x[0-9a-f]{6,}", "0x?", text)
-    got = json.loads(text)
-    in_order = lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}"  # noqa: E731
+    def sets_in_order(said: str) -> str:  # a printed set of strings, its elements sorted
+        return PRINTED_SET.sub(lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", said)
+
+    got = json.loads(re.sub(r"0x[0-9a-f]{6,}", "0x?", text))
     for report in got.values():
         if "findings" in report:
             report["findings"] = [f for f in report["findings"]
                                   if not (f["code"] == "not-checked" and "meta device" in f["message"])]
             for f in report["findings"]:
-                f["message"] = re.sub(r"\{('[^'{}]*'(?:, '[^'{}]*')*)\}", in_order, f["message"])
-            report["verdict"] = re.sub(r"\{('[^'{}]*'(?:, '[^'{}]*')*)\}", in_order, report["verdict"])
+                f["message"] = sets_in_order(f["message"])
+            report["verdict"] = sets_in_order(report["verdict"])
     return got
 
 
