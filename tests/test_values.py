@@ -456,3 +456,22 @@ def test_each_statistic_is_a_standard_normal_deviate_under_iid_entries():
     skew = (centred ** 3).mean(axis=0) / draws.std(axis=0) ** 3
     assert np.all(np.abs(draws.mean(axis=0)) < 0.15) and np.all(np.abs(draws.std(axis=0) - 1) < 0.1), draws.std(axis=0)
     assert np.all(np.abs(skew) < 0.2), skew
+
+
+def test_the_documented_value_costs_command_measures_each_case(monkeypatch, capsys):
+    """`python -m draftdoctor.reference.value_costs --json` (docs/values.md), on one prompt and three of its
+    cases: a row per case, check's verdict beside the accept length the reference backend measures; the
+    trained draft accepts more than one whose projections were drawn again or whose fc holds a NaN."""
+    import json
+
+    from draftdoctor.reference import value_costs
+
+    named = ("trained (fix output)", "projections: xavier_uniform", "one NaN in fc.weight")
+    monkeypatch.setattr(value_costs, "CASES", tuple(c for c in value_costs.CASES if c.name in named))
+    assert value_costs.main([str(DEMO), "--num-prompts", "1", "--json"]) == 0
+    rows = {r["case"]: r for r in json.loads(capsys.readouterr().out)}
+    assert list(rows) == list(named)
+    trained = rows["trained (fix output)"]
+    assert trained["check"] == "nothing" and trained["exit"] == 0
+    for name in named[1:]:
+        assert rows[name]["exit"] == 1 and rows[name]["accept_length"] < trained["accept_length"], rows[name]

@@ -133,7 +133,7 @@ def measure(data_dir, workdir, engine: EngineRelease | None = None, n_prompts: i
     from draftdoctor.diagnose import check
     from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
     from draftdoctor.eagle.llama import TargetModel
-    from draftdoctor.eagle.loading import load_for_engine
+    from draftdoctor.eagle.loading import place
 
     data_dir, engine = Path(data_dir), engine or EngineRelease.of("sglang", "0.5.10")
     target = TargetModel.from_dir(data_dir / "target", torch.float32)
@@ -143,7 +143,7 @@ def measure(data_dir, workdir, engine: EngineRelease | None = None, n_prompts: i
         report = check(folder, engine)
         value = [f for f in report.findings if f.code in ("weights-at-init", "nan-weights")]
         worst = min(value, key=lambda f: (F.ERROR, F.WARNING, F.INFO).index(f.severity), default=None)
-        loaded = load_for_engine(folder, engine, target)
+        loaded = place(report, target)  # the draft as check's loader leaves it
         with one_thread():
             m = run_prompts(target, loaded, prompts, max_new_tokens, num_steps)
         rows.append({"case": name, "check": f"{worst.severity} {worst.code}" if worst else "nothing",
