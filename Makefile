@@ -32,38 +32,49 @@ setup: $(VENV)/.venv-complete
 # Every package under requirements/venv.txt's pins (pip -c): the venv a fresh machine builds is the one the
 # suite passed with, whatever PyPI has published since.
 PINS := -c requirements/venv.txt
-$(VENV)/.setup-done: pyproject.toml requirements/venv.txt
-	mkdir -p $(IPYTHONDIR) $(MPLCONFIGDIR) $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(HF_HOME) $(XDG_CACHE_HOME)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/.setup-done: pyproject.toml requirements/venv.txt | $(VENV)/.created
 	$(BIN)/pip install -q $(PINS) $(TORCH) $(SETUPTOOLS)
 	$(BIN)/pip install -q $(PINS) -e '.[dev]'
 	# the notebooks' kernelspec `python3`, inside .venv (not the home directory)
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (draftdoctor)" >/dev/null
 	touch $@
 
+# The bare venv, its pip as the interpreter brought it: what needs no more (EARLY_NEEDS, such as downloading and
+# building llama.cpp) starts from here, beside the installs into it.
+$(VENV)/.created:
+	mkdir -p $(IPYTHONDIR) $(MPLCONFIGDIR) $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(HF_HOME) $(XDG_CACHE_HOME)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	touch $@
+
 # Every install into .venv is done (mk/*.mk add theirs as prerequisites): what imports from it waits for this.
 $(VENV)/.venv-complete: $(VENV)/.setup-done
 	touch $@
 
-# What the tests need (mk/*.mk add theirs), made three at a time: two release installs (mostly downloads and
-# unpacking) overlap the llama.cpp build. While they are made, the first tier runs: every test that needs no
-# engine release, no browser and not the whole story (`make test-fast`'s), with the releases hidden (an empty
-# folder in their place) so that `--loader auto` answers alike whichever install has finished; then the
-# second tier, the rest. The suite on two workers (pytest-xdist; tests sharing a module's fixture stay
-# together: conftest.py); each tier prints its time per marker at its end.
-TEST_NEEDS := setup
+# What the tests need (mk/*.mk add theirs). What needs only the bare venv (EARLY_NEEDS: llama.cpp's build) starts
+# at once, beside the venv's own installs (pip mostly keeps one core busy); the rest (TEST_NEEDS: the release
+# installs, mostly downloads and unpacking, two at a time) once the venv is complete. While they are made, the
+# first tier runs: every test that needs no engine release, no browser and not the whole story (`make
+# test-fast`'s), with the releases hidden (an empty folder in their place) so that `--loader auto` answers alike
+# whichever install has finished; then the second tier, the rest. The suite on two workers (pytest-xdist; tests
+# sharing a module's fixture stay together: conftest.py); each tier prints its time per marker at its end.
+EARLY_NEEDS :=
+TEST_NEEDS :=
 NO_RELEASES := $(BUILD)/state/no-releases
 FIRST_TIER := not engine and not browser and not story
-test: setup
-	@mkdir -p $(NO_RELEASES) $(BUILD)/logs
-	@echo "make test: installing the engine releases, llama.cpp and the browser (log: $(BUILD)/logs/test-needs.log) while the first tier runs"
-	@( $(MAKE) -j3 $(filter-out setup,$(TEST_NEEDS)) FOR_TESTS=1 > $(BUILD)/logs/test-needs.log 2>&1; \
-	   echo $$? > $(BUILD)/logs/test-needs.status ) & \
+LOGS := $(BUILD)/logs
+test: $(VENV)/.created
+	@mkdir -p $(NO_RELEASES) $(LOGS)
+	@echo "make test: building what needs only the bare venv (log: $(LOGS)/early-needs.log) while the venv is set up"
+	@( $(MAKE) $(or $(EARLY_NEEDS),$(VENV)/.created) FOR_TESTS=1 > $(LOGS)/early-needs.log 2>&1; echo $$? > $(LOGS)/early-needs.status ) & \
+	$(MAKE) setup || { wait; exit 1; }; \
+	echo "make test: installing the engine releases and the browser (log: $(LOGS)/test-needs.log) while the first tier runs"; \
+	( $(MAKE) -j2 $(TEST_NEEDS) FOR_TESTS=1 > $(LOGS)/test-needs.log 2>&1; echo $$? > $(LOGS)/test-needs.status ) & \
 	DRAFTDOCTOR_SGLANG_DIR=$(NO_RELEASES) DRAFTDOCTOR_VLLM_DIR=$(NO_RELEASES) DRAFTDOCTOR_LLAMACPP_DIR=$(NO_RELEASES) \
 	  $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "$(FIRST_TIER)"; first=$$?; \
 	wait; \
-	if [ "$$(cat $(BUILD)/logs/test-needs.status)" != 0 ]; then \
-	  tail -n 40 $(BUILD)/logs/test-needs.log; echo "make test: installing what the second tier needs failed" >&2; exit 1; fi; \
+	for needs in early-needs test-needs; do if [ "$$(cat $(LOGS)/$$needs.status)" != 0 ]; then \
+	  tail -n 40 $(LOGS)/$$needs.log; echo "make test: making what the second tier needs failed ($(LOGS)/$$needs.log)" >&2; \
+	  exit 1; fi; done; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not ($(FIRST_TIER))"; second=$$?; \
 	test $$first = 0 && test $$second = 0
 

@@ -26,7 +26,8 @@ $(VENV)/.llamacpp-py-done: $(VENV)/.setup-done requirements/llamacpp.txt | $(VEN
 	$(BIN)/pip install -q --no-deps -r requirements/llamacpp.txt
 	touch $@
 
-$(LLAMACPP_BUILT): | $(VENV)/.setup-done
+# needs only the bare venv's pip (to download the sdist): make test starts it beside the venv's installs
+$(LLAMACPP_BUILT): | $(VENV)/.created
 	rm -rf $(LLAMACPP_DIR)
 	mkdir -p $(LLAMACPP_DIR)/src
 	$(BIN)/pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMACPP_PY) -d $(LLAMACPP_DIR)/src
@@ -38,4 +39,5 @@ $(LLAMACPP_BUILT): | $(VENV)/.setup-done
 	$(LLAMACPP_DIR)/build/bin/llama-server --version
 	touch $(LLAMACPP_DIR)/.installed $@
 
-TEST_NEEDS += llamacpp
+# the converter's packages are the venv's (.llamacpp-py-done, in setup); the build needs only the bare venv
+EARLY_NEEDS += $(LLAMACPP_BUILT)
