@@ -97,7 +97,7 @@ def _inspect_json(ckpt, table: dict, layout, found, out) -> None:
                          "provenance_evidence": list(found.evidence)}).decode()
     out.write(_json_text(head[:-1] + ',"tensors":['))
     if table["name"]:
-        strings = {key: _json_strings(table[key]) for key in ("module", "name", "dtype", "file")}
+        strings = {key: _json_strings(table[key], repeats=key != "name") for key in ("module", "name", "dtype", "file")}
         shapes = orjson.dumps(table["shape"]).decode()[2:-2].split("],[")
         row = '{"module":"%s","name":"%s","dtype":"%s","shape":[%s],"bytes":%d,"file":"%s"}'
         rows = map(row.__mod__, zip(strings["module"], strings["name"], strings["dtype"], shapes, table["bytes"],
@@ -108,11 +108,12 @@ def _inspect_json(ckpt, table: dict, layout, found, out) -> None:
     out.write(f'],"total_bytes":{sum(table["bytes"])}}}\n')
 
 
-def _json_strings(texts: list[str]) -> list[str]:
+def _json_strings(texts: list[str], repeats: bool = True) -> list[str]:
     """Each text as orjson writes it inside a JSON string (quotes left off): the column written as one
     JSON list, cut where one string ends and the next begins (a quote, a comma, a quote: inside a string
-    a quote is always escaped, so that is never inside one)."""
-    distinct = dict.fromkeys(texts)
+    a quote is always escaped, so that is never inside one). `repeats=False`: the texts are known to be
+    distinct (tensor names), and are not counted."""
+    distinct = dict.fromkeys(texts) if repeats else texts
     if len(distinct) * 4 < len(texts):  # mostly repeats (modules, dtypes, files): each distinct one once
         escaped = dict(zip(distinct, orjson.dumps(list(distinct)).decode()[2:-2].split('","')))
         return list(map(escaped.__getitem__, texts))
@@ -133,6 +134,15 @@ _PRINTABLE_ASCII = bytes(range(0x20, 0x7f))
 
 # what makes a spreadsheet read a cell as a formula (=HYPERLINK(...), +cmd|..., @SUM(...), -1+...)
 _FORMULA_START = ("=", "+", "-", "@", "|")
+
+
+def _starts_formula(text: str) -> bool:
+    """Whether a cell of `text` (cells joined by NULs) starts like a formula. A character absent from the
+    whole text is ruled out by one memchr-speed search each, then one search finds a NUL followed by any
+    character left (15 MB of cells: 7 ms, where a search per character took 13 ms each)."""
+    present = "".join(s for s in _FORMULA_START if s in text)
+    return text.startswith(_FORMULA_START) or bool(present) and re.search(
+        "\0[%s]" % re.escape(present), text) is not None
 
 
 def _csv_cell(text: str) -> str:
@@ -166,8 +176,7 @@ def _csv(columns: list[list], header: list[str], out) -> None:
         printable = not text.encode("ascii").translate(None, _PRINTABLE_ASCII + b"\0")
     else:
         printable = text.replace("\0", "").isprintable()
-    if (not printable or text.count("\0") > separators
-            or any(text.startswith(s) or f"\0{s}" in text for s in _FORMULA_START)):
+    if not printable or text.count("\0") > separators or _starts_formula(text):
         columns = [list(map(_csv_cell, c)) for c in columns]
         text = "\0".join(chain.from_iterable(columns))
     if any(ch in text for ch in ',"\r\n'):
