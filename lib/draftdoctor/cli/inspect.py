@@ -97,7 +97,7 @@ def _inspect_json(ckpt, table: dict, layout, found, out) -> None:
                          "provenance_evidence": list(found.evidence)}).decode()
     out.write(_json_text(head[:-1] + ',"tensors":['))
     if table["name"]:
-        strings = {key: _json_strings(table[key], repeats=key != "name") for key in ("module", "name", "dtype", "file")}
+        strings = {key: _json_strings(table[key]) for key in ("module", "name", "dtype", "file")}
         shapes = orjson.dumps(table["shape"]).decode()[2:-2].split("],[")
         row = '{"module":"%s","name":"%s","dtype":"%s","shape":[%s],"bytes":%d,"file":"%s"}'
         rows = map(row.__mod__, zip(strings["module"], strings["name"], strings["dtype"], shapes, table["bytes"],
@@ -108,12 +108,15 @@ def _inspect_json(ckpt, table: dict, layout, found, out) -> None:
     out.write(f'],"total_bytes":{sum(table["bytes"])}}}\n')
 
 
-def _json_strings(texts: list[str], repeats: bool = True) -> list[str]:
-    """Each text as orjson writes it inside a JSON string (quotes left off): the column written as one
-    JSON list, cut where one string ends and the next begins (a quote, a comma, a quote: inside a string
-    a quote is always escaped, so that is never inside one). `repeats=False`: the texts are known to be
-    distinct (tensor names), and are not counted."""
-    distinct = dict.fromkeys(texts) if repeats else texts
+def _json_strings(texts: list[str]) -> list[str]:
+    """Each text as orjson writes it inside a JSON string (quotes left off). Printable ASCII but for quotes
+    and backslashes is written as it is, so a column of nothing else is its own (one pass over its bytes
+    in C); otherwise the column written as one JSON list, cut where one string ends and the next begins (a
+    quote, a comma, a quote: inside a string a quote is always escaped, so that is never inside one)."""
+    text = "".join(texts)
+    if text.isascii() and not text.encode("ascii").translate(None, _JSON_AS_IS):
+        return texts
+    distinct = dict.fromkeys(texts)
     if len(distinct) * 4 < len(texts):  # mostly repeats (modules, dtypes, files): each distinct one once
         escaped = dict(zip(distinct, orjson.dumps(list(distinct)).decode()[2:-2].split('","')))
         return list(map(escaped.__getitem__, texts))
@@ -130,6 +133,7 @@ def _printable(texts) -> bool:
 
 
 _PRINTABLE_ASCII = bytes(range(0x20, 0x7f))
+_JSON_AS_IS = _PRINTABLE_ASCII.translate(None, b'"\\')  # what a JSON string holds unescaped
 
 
 # what makes a spreadsheet read a cell as a formula (=HYPERLINK(...), +cmd|..., @SUM(...), -1+...)
