@@ -24,6 +24,7 @@ import argparse
 import compileall
 import json
 import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -173,11 +174,10 @@ def stages(rounds: int) -> None:
     spent = {name: [] for name in processes}
     for _ in range(rounds):
         for name, command in processes.items():
-            before = os.times()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-            after = os.times()
-            spent[name].append(after.children_user + after.children_system
-                               - before.children_user - before.children_system)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            spent[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     base = statistics.median(spent["bare loop (process)"])
     print(f"start-up, as whole processes (CPU, medians of {rounds}):")
     for name, values in spent.items():
