@@ -15,12 +15,16 @@ order rotates (the machine's drift falls on every column alike):
               output and exit included; the package's bytecode compiled first, as `pip install` does).
 Prints each one's median and range and its ratio to the baseline's median; the target is 1.5x for
 the command in every format. The command's ratios are printed against both baselines: the in-process
-loop pays no interpreter start-up, the command does. Usage: .venv/bin/python benchmarks/inspect_speed.py [--rounds N]
+loop pays no interpreter start-up, the command does. With --stages, then where the command's time goes:
+each step's CPU time in this process (medians, the bare loop timed in the same rounds), and the start-up's
+as whole processes. Usage: .venv/bin/python benchmarks/inspect_speed.py [--rounds N] [--stages]
 """
 
 import argparse
 import compileall
 import json
+import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -30,7 +34,11 @@ from pathlib import Path
 
 import orjson
 
+from draftdoctor import checkpoint, headers
 from draftdoctor.checkpoint import open_checkpoint
+from draftdoctor.cli import inspect as inspect_command
+from draftdoctor.layouts import detect_layout
+from draftdoctor.provenance import recognise
 from draftdoctor.synthwrite import write_shards
 from draftdoctor.tables import tensor_columns
 
@@ -104,12 +112,13 @@ for path in sorted(Path(sys.argv[1]).glob("*.safetensors")):
 """
 
 
-def parse_only():
+def parse_only(index: bool = True):
     for path in sorted(FOLDER.glob("*.safetensors")):
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
             orjson.loads(f.read(n))
-    orjson.loads((FOLDER / "model.safetensors.index.json").read_bytes())
+    if index:
+        orjson.loads((FOLDER / "model.safetensors.index.json").read_bytes())
 
 
 def timed(fn) -> float:
@@ -118,9 +127,68 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def stages(rounds: int) -> None:
+    """Each step of `inspect` timed on its own in this process (CPU time, medians of `rounds`, the bare loop
+    timed in the same rounds), then the start-up of a whole process: the interpreter alone, and with the
+    command's imports (its parser built), each against the bare loop run as a process."""
+    times: dict[str, list[float]] = {}
+
+    def cpu(name, fn):
+        start = time.process_time()
+        value = fn()
+        times.setdefault(name, []).append(time.process_time() - start)
+        return value
+
+    with open(os.devnull, "w") as out:
+        for _ in range(rounds):
+            cpu("bare header loop (json)", bare_loop)
+            with headers.gc_paused():
+                cpu("parsing the headers alone (orjson)", lambda: parse_only(index=False))
+                files = cpu("index: read, parsed, checked; its files", lambda: checkpoint._resolve_files(FOLDER))[0]
+                cpu("headers: read, parsed, checked as columns", lambda: [headers.read_header(f) for f in files.values()])
+                ckpt = cpu("open_checkpoint (all of it)", lambda: open_checkpoint(FOLDER))
+                cpu("tensor table (modules, grouped)", lambda: tensor_columns(ckpt))
+                keys = ckpt.keys()
+                cpu("layout", lambda: detect_layout(keys, ckpt.config))
+                cpu("provenance", lambda: recognise(keys, ckpt.config, all(s.metadata is None for s in ckpt.shards)))
+                del ckpt, keys
+                for fmt in ("text", "json", "csv"):
+                    cpu(f"the command's run ({fmt})", lambda: inspect_command.run(
+                        argparse.Namespace(path=str(FOLDER), format=fmt), out))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    base = median["bare header loop (json)"]
+    median["index against the headers, config.json"] = (median["open_checkpoint (all of it)"]
+                                                         - median["index: read, parsed, checked; its files"]
+                                                         - median["headers: read, parsed, checked as columns"])
+    before_output = sum(median[k] for k in ("open_checkpoint (all of it)", "tensor table (modules, grouped)",
+                                            "layout", "provenance"))
+    for fmt in ("text", "json", "csv"):
+        median[f"output ({fmt}): rows made and written"] = median[f"the command's run ({fmt})"] - before_output
+    print(f"\nwhere the time goes, in this process (CPU, medians of {rounds}):")
+    for name, value in median.items():
+        print(f"  {name:44} {value * 1000:7.1f} ms {value / base:6.2f}x")
+    processes = {"interpreter alone": [sys.executable, "-c", "pass"],
+                 "the command's imports": [sys.executable, "-c", "from draftdoctor import cli, toolstate; "
+                                           "cli.build_parser('inspect')"],
+                 "bare loop (process)": [sys.executable, "-c", BARE_SCRIPT, str(FOLDER)]}
+    spent = {name: [] for name in processes}
+    for _ in range(rounds):
+        for name, command in processes.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            spent[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    base = statistics.median(spent["bare loop (process)"])
+    print(f"start-up, as whole processes (CPU, medians of {rounds}):")
+    for name, values in spent.items():
+        print(f"  {name:44} {statistics.median(values) * 1000:7.1f} ms {statistics.median(values) / base:6.2f}x "
+              "the bare loop's process")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--stages", action="store_true", help="then where the command's time goes, step by step")
     args = parser.parse_args()
     build()
     compileall.compile_dir(ROOT / "lib" / "draftdoctor", quiet=1)
@@ -161,6 +229,8 @@ def main():
         print(f"inspect (CLI, {fmt}) / bare loop (process): {statistics.median(command) / process:.2f}x; "
               f"round by round {pairs[0]:.2f}x..{pairs[-1]:.2f}x, median {statistics.median(pairs):.2f}x "
               f"(target <= {TARGET}x: {'met' if statistics.median(pairs) <= TARGET else 'MISSED'})")
+    if args.stages:
+        stages(args.rounds)
 
 
 if __name__ == "__main__":

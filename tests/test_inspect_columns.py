@@ -146,6 +146,32 @@ def test_modules_agree_with_one_match_per_name(names):
     assert each_beginning(names, tables._module) == {tables.MODULE_PREFIX.match(n)[0] for n in names}
 
 
+CELL = st.text(alphabet="ab.=+-@|\0,\"\\ \x7f\x1b\u202eé", max_size=4)
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(cells=st.lists(CELL, max_size=6))
+def test_formula_check_agrees_with_a_search_per_formula_character(cells):
+    text = "\0".join(cells)
+    assert inspect_command._starts_formula(text) == any(text.startswith(s) or f"\0{s}" in text
+                                                        for s in inspect_command._FORMULA_START)
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(texts=st.one_of(st.lists(CELL, max_size=6), st.lists(st.sampled_from(["a", "b\"", "é"]), min_size=5)))
+def test_json_strings_are_what_orjson_writes_of_each(texts):
+    assert inspect_command._json_strings(texts) == [orjson.dumps(t).decode()[1:-1] for t in texts]
+
+
+@settings(max_examples=1000, deadline=None, database=None)
+@given(modules=st.lists(st.sampled_from(["a", "b", "c", "model.layers.1"]), max_size=30))
+def test_grouping_by_runs_is_a_stable_sort_by_first_appearance(modules):
+    rank = {module: i for i, module in enumerate(dict.fromkeys(modules))}
+    order = sorted(range(len(modules)), key=lambda i: rank[modules[i]])
+    assert tables.grouped({"module": modules, "row": list(range(len(modules)))}) == {
+        "module": [modules[i] for i in order], "row": order}
+
+
 def test_shape_texts_of_anything_else_are_each_shape_joined():
     assert shape_texts([(2, 4), (), (1,)]) == ["2x4", "", "1"]
     assert shape_texts([(-1, 2), ("a",), (2, 4)]) == ["-1x2", "a", "2x4"]

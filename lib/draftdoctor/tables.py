@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import chain, groupby, repeat
-from operator import itemgetter
+from itertools import chain, compress, groupby, repeat
+from operator import itemgetter, ne
 
 from .beginnings import per_beginning
 from .checkpoint import Checkpoint, gc_paused
@@ -37,13 +37,26 @@ def _tensor_columns(checkpoint: Checkpoint) -> dict[str, list]:
     names, dtypes, shapes, sizes = (list(chain.from_iterable(t[i] for t in tables)) for i in range(4))
     files = list(chain.from_iterable(repeat(shard.path.name, len(t[0])) for shard, t in zip(checkpoint.shards, tables)))
     modules = per_beginning(names, _module)  # once per distinct beginning: 10^5 names, a few hundred modules
-    columns = {"module": modules, "name": names, "dtype": dtypes, "shape": shapes, "bytes": sizes, "file": files}
+    return grouped({"module": modules, "name": names, "dtype": dtypes, "shape": shapes, "bytes": sizes, "file": files})
+
+
+def grouped(columns: dict[str, list]) -> dict[str, list]:
+    """The rows of `columns` grouped by their "module": modules in order of first appearance, rows in their
+    order within (a stable sort by each module's first appearance). Sorted as runs, not rows: a run of rows
+    of one module stays together, so the columns are gathered a slice per run (a checkpoint sharded round
+    robin holds each module in one run per shard: thousands of runs, not 10^5 rows)."""
+    modules = columns["module"]
     rank = {module: i for i, module in enumerate(dict.fromkeys(modules))}
-    if len(rank) > 1 and len(rank) != sum(1 for _ in groupby(modules)):  # a module's tensors not stored together:
-        ranks = list(map(rank.__getitem__, modules))  # group them, keeping their order
-        order = sorted(range(len(ranks)), key=ranks.__getitem__)
-        columns = {key: list(map(values.__getitem__, order)) for key, values in columns.items()}
-    return columns
+    if len(rank) < 2:
+        return columns
+    cuts = list(compress(range(1, len(modules)), map(ne, modules[1:], modules[:-1])))  # where each run begins
+    if len(cuts) + 1 == len(rank):  # each module's rows stored together already
+        return columns
+    starts, ends = [0, *cuts], [*cuts, len(modules)]
+    ranks = list(map(rank.__getitem__, map(modules.__getitem__, starts)))
+    order = sorted(range(len(starts)), key=ranks.__getitem__)
+    runs = list(map(slice, map(starts.__getitem__, order), map(ends.__getitem__, order)))
+    return {key: list(chain.from_iterable(map(values.__getitem__, runs))) for key, values in columns.items()}
 
 
 def _module(name: str) -> str:
