@@ -20,8 +20,12 @@ same state: SRC in the page cache, nothing waiting to be written. (Keeping the o
 output made the sync before a run write 1.9 GB, 0.5 s here, and the run after it, still competing
 with the host's write-back, took 2-6x as long.) Each run is measured by a wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
 whose RSS includes the few MB the child inherits from the wrapper before exec).
-Prints medians and the ratios to cp; targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
-Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep] [--draft DIR]
+Prints medians and the ratios to cp (wall time, and CPU time: on a busy machine the wall-time ratio
+drifts toward the CPU-time one); targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
+--stages then runs fix N more times in-process, with its steps timed (STAGES below), and prints
+where its time goes beside cp's, in ms: what runs before the copy, the copy and its comparison, what
+runs beside them, and what runs after.
+Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep] [--draft DIR] [--stages]
 """
 
 import argparse
@@ -59,6 +63,69 @@ tensors = {k.replace("layers.0.", "midlayer."): v for k, v in tensors.items()}
 save_file(tensors, dst, metadata={"format": "pt"})
 """
 
+# `draftdoctor fix` as the console script runs it, with its steps timed from inside: perf_counter and
+# the thread's CPU time around the library's own steps (fixwrite, rewriter, fixplan), printed as JSON.
+STAGES = """
+import json, sys, threading, time
+top = time.perf_counter()
+from draftdoctor import fixplan, fixwrite, rewriter
+import draftdoctor.cli.fix
+from draftdoctor.cli import main
+imported = time.perf_counter()
+marks = {}
+
+def timed(owner, name, label):
+    inner = getattr(owner, name)
+
+    def run(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            marks.setdefault(label, (wall - top, time.perf_counter() - wall, time.thread_time() - cpu))
+    setattr(owner, name, run)
+
+timed(draftdoctor.cli.fix, "plan_fix", "plan")
+timed(rewriter, "write_shard", "copy")
+timed(fixplan.FixPlan, "judge", "judge")
+timed(fixwrite, "_verify", "verify")
+timed(rewriter, "put_in_place", "in_place")
+sys.argv = ["draftdoctor", *sys.argv[1:]]
+status = main()
+marks["exit"] = (time.perf_counter() - top, 0.0, time.process_time())
+marks["imports"] = (0.0, imported - top, 0.0)
+print(json.dumps(marks))
+sys.exit(status)
+"""
+
+
+def stage_report(runs: dict, staged: list[dict], floor: float) -> None:
+    """Where fix's time goes (medians over the --stages runs, in ms), beside cp's median wall time."""
+    med = lambda f: statistics.median(f(m) for m in staged) * 1000
+    copy_end = lambda m: m["copy"][0] + m["copy"][1]
+    rows = [
+        ("interpreter start (python -c pass)", floor * 1000, ""),
+        ("imports (cli, fix, rewriter)", med(lambda m: m["imports"][1]), ""),
+        ("imports to the plan (arguments, build-area check)", med(lambda m: m["plan"][0] - m["imports"][1]), ""),
+        ("plan (headers, renames, config rewrite)", med(lambda m: m["plan"][1]), ""),
+        ("plan to the copy's start", med(lambda m: m["copy"][0] - m["plan"][0] - m["plan"][1]), ""),
+        ("copy, compared as it is written (copying thread)", med(lambda m: m["copy"][1]),
+         f"{med(lambda m: m['copy'][2]):.0f} ms CPU"),
+        ("  beside it: judging the plan (values, replay)", med(lambda m: m["judge"][1]),
+         f"{med(lambda m: m['judge'][2]):.0f} ms CPU, overlapped"),
+        ("copy's end to the verification", med(lambda m: m["verify"][0] - copy_end(m)), ""),
+        ("verification (headers re-read, check on DST)", med(lambda m: m["verify"][1]), ""),
+        ("verification to in place", med(lambda m: m["in_place"][0] - m["verify"][0] - m["verify"][1]), ""),
+        ("put in place (rename)", med(lambda m: m["in_place"][1]), ""),
+        ("output and exit", med(lambda m: m["exit"][0] - m["in_place"][0] - m["in_place"][1]), ""),
+    ]
+    cp = statistics.median(r["wall"] for r in runs["cp"]) * 1000
+    print(f"\nwhere fix's time goes (median of {len(staged)} in-process runs, ms; cp's median {cp:.0f} ms):")
+    for name, ms, note in rows:
+        print(f"  {name:52} {ms:7.0f}  {note}")
+    print(f"  {'total (process CPU ' + format(med(lambda m: m['exit'][2]), '.0f') + ' ms)':52} "
+          f"{floor * 1000 + med(lambda m: m['exit'][0]):7.0f}")
+
 
 def fresh_output(work: Path, name: str) -> Path:
     """Where `name` writes next, after deleting every earlier output (of any command)."""
@@ -81,6 +148,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--keep", action="store_true", help="keep the generated draft and outputs")
     parser.add_argument("--draft", type=Path, help="a draft written by an earlier --keep run, used instead of a new one")
+    parser.add_argument("--stages", action="store_true", help="then time fix's steps from inside, --repeat more runs")
     args = parser.parse_args()
     (ROOT / "build").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fix-speed-", dir=ROOT / "build"))
@@ -109,6 +177,16 @@ def main():
         for name in order + ["script"] * args.repeat:
             runs[name].append(measure(commands[name](fresh_output(work, name))))
         report(runs)
+        if args.stages:
+            floor = statistics.median(measure([sys.executable, "-c", "pass"])["wall"] for _ in range(args.repeat))
+            staged = []
+            for _ in range(args.repeat):
+                out = fresh_output(work, "fix")
+                os.sync()
+                proc = subprocess.run([sys.executable, "-c", STAGES, *commands["fix"](out)[1:]],
+                                      capture_output=True, text=True, check=True)
+                staged.append(json.loads(proc.stdout.splitlines()[-1]))
+            stage_report(runs, staged, floor)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -129,6 +207,8 @@ def report(runs: dict) -> None:
           f"story script {wall['script'] / wall['cp']:.2f}x cp, {rss['script']:.0f} MB")
     paired = statistics.median(f["wall"] / c["wall"] for f, c in zip(runs["fix"], runs["cp"]))
     print(f"fix / cp of adjacent runs (median of {len(runs['fix'])} pairs; cancels the machine's drift): {paired:.2f}x")
+    cpu_ratio = statistics.median(f["cpu"] / c["cpu"] for f, c in zip(runs["fix"], runs["cp"]))
+    print(f"fix / cp CPU time (user+sys) of adjacent runs: {cpu_ratio:.2f}x (what a busy machine's wall time tends to)")
     fastest = min(r["wall"] for r in runs["fix"]) / min(r["wall"] for r in runs["cp"])
     print(f"fastest fix / fastest cp (the VM's slow spells only ever add time): {fastest:.2f}x")
 

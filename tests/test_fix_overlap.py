@@ -72,3 +72,27 @@ def test_the_copy_starts_before_numpy_is_imported(draft, tmp_path):
             f"'replay', '--out', {str(tmp_path / 'out')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr.strip() == "False", proc.stderr
+
+
+def test_the_loader_that_verifies_dst_is_chosen_once_while_the_copy_is_written(draft, tmp_path, monkeypatch):
+    """`--loader auto` asks whether the release is installed here (every release folder's trust is read)
+    beside the copy, not after it, and only once: the verification uses that choice (here the replay,
+    so that no real loader is needed)."""
+    from draftdoctor import diagnose
+
+    chosen, asked, calls = diagnose.chosen_loader, threading.Event(), []
+
+    def choose(engine, loader):
+        if loader != "auto":  # the plan's own check: always the replay
+            return chosen(engine, loader)
+        calls.append(engine.spec)
+        asked.set()
+        return "replay"
+
+    monkeypatch.setattr(diagnose, "chosen_loader", choose)
+    write_shard, waited = rewriter.write_shard, []
+    monkeypatch.setattr(rewriter, "write_shard", lambda *a, **k: waited.append(asked.wait(10)) or write_shard(*a, **k))
+    result = apply_fix(plan_fix(draft("speculators"), "sglang==0.5.10", loader="auto", judge=False), tmp_path / "out")
+    assert result.ok and result.verification.coverage is not None
+    assert calls == ["sglang==0.5.10"]  # asked once: the verification used the choice
+    assert waited == [True]  # the shard's copy waited for the choice, so it was made while the copy ran

@@ -29,12 +29,15 @@ VALUE_CODES = ("weights-at-init", "nan-weights")
 
 
 def diagnose(checkpoint: Checkpoint, engine: EngineRelease, loader: str = "replay", target_config: dict | None = None,
-             prediction: PredictionSpec | None = None, values: list | None = None) -> CoverageReport:
+             prediction: PredictionSpec | None = None, values: list | None = None,
+             chosen: str | None = None) -> CoverageReport:
     """The coverage report of `engine` (an EngineRelease) loading the open `checkpoint`, plus the
     checks beyond names (draftdoctor.checks), against the target's config when one is given, plus the
     predicted acceptance when `prediction` says with which target and prompts. `values`: the value
     scan's hits (`values.scan`) when they are known already (`fix`'s verification: the plan's, of the
-    same names over bytes compared equal); otherwise the values are scanned."""
+    same names over bytes compared equal); otherwise the values are scanned. `chosen`: what
+    `chosen_loader(engine, loader)` said, when the caller asked it already (`fix` asks while its copy
+    is written, not after it); otherwise it is asked here."""
     from .values import scan, value_findings  # here: numpy's import (60-90 ms) waits until values are read
 
     if loader not in LOADERS:
@@ -43,7 +46,7 @@ def diagnose(checkpoint: Checkpoint, engine: EngineRelease, loader: str = "repla
     # a config value no engine could read is the user's error, whichever loader runs; a field the kit cannot read
     # (missing, null) is said in the report, with what was taken from the tensors instead
     dims, unread = read_dims(checkpoint)
-    if chosen_loader(engine, loader) == "real":
+    if (chosen or chosen_loader(engine, loader)) == "real":
         try:
             report = real_check(checkpoint, engine, target_config=target_config, dims=dims)
         except RealCheckError as e:

@@ -171,11 +171,13 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
 
         if plan.judging is None:
             written = write()
+            loader = _chosen_loader(plan)
         else:  # the plan's value scan, replay and prediction take their time beside the copy, not before it
             with rewriter.Background(write) as writing:
                 refused = plan.judge().refusal(allow_lossy)
                 if refused:
                     raise refused
+                loader = _chosen_loader(plan)  # as is the choice of DST's loader
                 written = writing.result()
         planned = [tensors for tensors, _ in written]
         mismatched = {name for _, names in written for name in names}
@@ -190,7 +192,7 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         files = sorted(os.listdir(tmp))
         (tmp / MARKER).write_text(json.dumps({"written_by": "draftdoctor fix", "engine": plan.engine.spec,
                                               "files": files}, indent=1) + "\n", encoding="utf-8")
-        verification = _verify(plan, tmp, planned, mismatched, allow_lossy)
+        verification = _verify(plan, tmp, planned, mismatched, allow_lossy, loader)
         result = FixResult(plan, dst, False, len(plan.renamed), sum(len(p) for p in planned), len(plan.omitted),
                            sum(t.nbytes for p in planned for t in p), len(copied), 0.0, copier.method, verification)
         if verification.ok:
@@ -222,10 +224,19 @@ def _write_index(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]]
     (folder / INDEX_NAME).write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
 
 
+def _chosen_loader(plan: FixPlan) -> str:
+    """The loader that verifies DST ("real" or "replay"): `--loader auto` asks whether the release is
+    installed here, which reads every release folder's trust (about 10 ms), so `apply_fix` asks while
+    the copy is written rather than after it."""
+    from .diagnose import chosen_loader
+
+    return chosen_loader(plan.engine, plan.loader)
+
+
 def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mismatched: set[str],
-            allow_lossy: bool) -> Verification:
+            allow_lossy: bool, loader: str | None = None) -> Verification:
     """Re-read DST's headers and check them against the plan and the byte comparison; diagnose DST as
-    `check` does (with the plan's target)."""
+    `check` does (with the plan's target), with `loader` (`_chosen_loader`) when it was chosen already."""
     flat = [p for shard in planned for p in shard]
     mismatched = sorted(mismatched)
     problems = []
@@ -249,6 +260,6 @@ def _verify(plan: FixPlan, folder: Path, planned: list[list[WrittenTensor]], mis
     # the same names, dtypes, shapes and config over bytes compared equal: the plan's value scan is DST's
     same = not (problems or mismatched)
     coverage = diagnose(written, plan.engine, plan.loader, target_config=plan.target_config,
-                        prediction=plan.prediction, values=plan.value_hits if same else None)
+                        prediction=plan.prediction, values=plan.value_hits if same else None, chosen=loader)
     return Verification(len(flat), sum(p.nbytes for p in flat), mismatched, problems, coverage,
                         LOSS_CODES if allow_lossy else ())
