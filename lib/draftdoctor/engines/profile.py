@@ -3,8 +3,10 @@
 A `Profile` is data: one row per engine release range (docs/engine-facts.md: "SGLang's EAGLE-3 loader", "vLLM's EAGLE-3 loader"),
 made of one record per loading stage (`engines.stages`: reading the config, building the parameters,
 resolving keys, what stays unwritten, aux capture, serving), each read by one small interpreter. A row
-is written with its stages' facts by name, `Profile(first=..., last=..., layer_prefix=..., ...)`: each
-fact goes to the stage that holds it, and reading `row.<fact>` reads it there. The rows are in
+is written as its stage records, `Profile(engine_name=..., first=..., last=..., config=ConfigReading(...),
+build=Build(...), keys=KeyResolution(...), ...)`, and read the same way, `row.keys.on_unmatched`; a single
+fact given by its own name (`dataclasses.replace(row, single_layer_error=None)`) goes to the stage that holds
+it, and `row.<fact>` still reads it there for the modules that read rows fact by fact. The rows are in
 `sglang.py`, `vllm.py` and `llamacpp.py`; `draftdoctor.engines` looks one up.
 """
 
@@ -126,7 +128,7 @@ class Profile(ReleaseRange):
         return self.aux.capturable(n_layers)
 
 
-# `row.<fact>` reads the fact from the stage record holding it (callers read rows fact by fact)
+# `row.<fact>` reads the fact from the stage record holding it (the modules that still read rows fact by fact)
 for _stage, _record in STAGES.items():
     for _fact in fields(_record):
         setattr(Profile, _fact.name, property(attrgetter(f"{_stage}.{_fact.name}"), doc=f"`{_stage}.{_fact.name}`"))
