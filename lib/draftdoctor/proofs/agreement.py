@@ -87,7 +87,7 @@ def reference_acceptance(target_dir, draft_dir, engine: EngineRelease, prompts: 
     with one_thread():
         results = [loaded.speculate(target, ids, max_new_tokens, num_steps, eos) for ids in prompts]
     steps = sum(r.spec_verify_ct for r in results)
-    per_position = [sum(c) for c in zip(*(r.counted(engine.profile.counts_accepted) for r in results))]
+    per_position = [sum(c) for c in zip(*(r.counted(engine.profile.serving.counts_accepted) for r in results))]
     return Acceptance(f"reference backend emulating {engine.spec}", 1 + sum(per_position) / steps,
                       tuple(c / steps for c in per_position), steps, tuple(tuple(r.output_ids) for r in results))
 

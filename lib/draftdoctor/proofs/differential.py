@@ -180,8 +180,8 @@ def only_wont_start(folder: Path, engine: EngineRelease) -> bool:
     profile = expect_release(engine).profile_for(config)
     fmt = config_format(config)
     if fmt != FLAT:
-        return fmt not in profile.config_formats and profile.model_type_from_path
-    return profile.builds_a_target_model(config.get("architectures") or [])
+        return fmt not in profile.config.config_formats and profile.config.model_type_from_path
+    return profile.config.builds_a_target_model(config.get("architectures") or [])
 
 
 def not_modelled(played) -> bool:
