@@ -97,7 +97,7 @@ def _fill_layer_config(layer: dict, ids, options: dict, profile) -> list[ConfigC
         changes.append(ConfigChange("transformer_layer_config.num_aux_hidden_states", ABSENT, len(ids),
                                     f"vLLM sizes fc by it; without it, {len(ids)} aux ids at the top level get a "
                                     "3-state fc"))
-    for name in profile.speculators_drops:
+    for name in profile.config.speculators_drops:
         if options.get(name) and not layer.get(name):
             layer[name] = True
             changes.append(ConfigChange(f"transformer_layer_config.{name}", ABSENT, True,

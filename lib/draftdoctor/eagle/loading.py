@@ -47,8 +47,8 @@ class LoadedDraft:
     capture: tuple[int, ...]  # target layers whose input the engine captures as aux states
     written: set[str]
     chain_offset: int  # rope position of draft chain step i is committed + chain_offset + i
-    drafts_within_budget: bool = False  # Profile.drafts_within_budget
-    aux_repeats: bool = False  # Profile.aux_repeats: a layer named twice is captured twice
+    drafts_within_budget: bool = False  # ServedDraft.drafts_within_budget
+    aux_repeats: bool = False  # AuxCapture.aux_repeats: a layer named twice is captured twice
 
     def speculate(self, target: TargetModel, prompt_ids: list[int], max_new_tokens: int, num_steps: int,
                   eos_token_id: int | None = None, draft: EagleDraft | None = None):

@@ -7,7 +7,7 @@ and per-position acceptance = accepted at position i / drafts, both counting eve
 accepted, also where a stop (EOS, the token budget) cut the output short (scheduler.py counts before
 its stop check). llama.cpp's counters count the drafts accepted before an accepted EOS, which ends the
 step as the target's own token (unless it is the step's last draft: then it counts as accepted). The reference engine counts as the engine it emulates does
-(`Profile.counts_accepted`).
+(`ServedDraft.counts_accepted`).
 
 `compare` returns one `Agreement` per emulation with the differences; `benchmarks/agreement.py`
 prints them, `tests/test_vllm_agreement.py` holds them within 0.1 (length) and 0.05 (per position).
