@@ -57,8 +57,8 @@ _MIDLAYER = Build(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, 
                   supports_fc_norm=False, supports_input_norm=False, vocab_map_param=None, o_proj_bias_from_config=True)
 _MIDLAYER_NULL_VOCAB_FAILS = replace(_MIDLAYER, null_draft_vocab_error=_NULL_DRAFT_VOCAB)
 # 0.5.12: the `layers` ModuleList, fc_norm (one RMSNorm of the target's width per aux state) and norm_output; a
-# norm's key without its flag is skipped silently, a built norm without its key stays at ones (docs/engine-facts.md:
-# "EAGLE 3.1"); input_norm (norm_before_fc) from 0.5.17
+# norm's key without its flag is skipped silently, a built norm without its key stays at ones
+# (docs/engine-facts.md: "EAGLE 3.1"); input_norm (norm_before_fc) from 0.5.17
 _LAYERS = replace(_MIDLAYER, layer_prefix="model.layers.{i}.", single_layer_error=None,
                   fc_aux_count_from=("num_aux_hidden_states", "eagle_config"), supports_fc_norm=True,
                   supports_norm_output=True)
