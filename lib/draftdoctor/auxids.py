@@ -6,8 +6,8 @@ target layers; a list of ids names them, in one of two conventions told by where
   layer k + 1 (SGLang captures id + 1); the EAGLE repo and SpecForge write this place;
 - a top-level `eagle_aux_hidden_state_layer_ids` holds the convention of speculators, vLLM and
   llama.cpp: id k names the input of layer k.
-An engine reads the places its profile lists (`Profile.aux_ids_from`, in order) and captures the input
-of layer id + `Profile.aux_capture_offset`; without ids it captures the inputs of layers
+An engine reads the places its profile lists (`AuxCapture.aux_ids_from`, in order) and captures the input
+of layer id + `AuxCapture.aux_capture_offset`; without ids it captures the inputs of layers
 [2, N//2, N-3]. Header-only: no heavy imports.
 """
 

@@ -39,7 +39,7 @@ def draft_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims, targ
     config = checkpoint.config or {}
     found = []
     fmt = config_format(config)
-    if fmt in profile.config_formats:  # an unreadable config is already a finding; its ids are moot
+    if fmt in profile.config.config_formats:  # an unreadable config is already a finding; its ids are moot
         found += aux_layer_checks(config, profile, target)
     if fmt in (FLAT, SPECULATORS):
         found += option_checks(checkpoint, profile)
@@ -60,16 +60,16 @@ def _input_of(offset: int) -> str:
 def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> list[F.Finding]:
     """Aux ids where the engine does not look, in another convention than the engine's, or outside
     the target."""
-    name = profile.spec
+    name, aux = profile.spec, profile.aux  # the aux-capture stage
     present = {where: ids for where in auxids.PLACE_OFFSET if (ids := auxids.ids_at(config, where))}
-    read = next(((where, present[where]) for where in profile.aux_ids_from if where in present), None)
+    read = next(((where, present[where]) for where in aux.aux_ids_from if where in present), None)
     n_layers = (target or {}).get("num_hidden_layers")
     out = []
     if present and read is None:
         where, ids = next(iter(present.items()))
         # both engines' default: the inputs of these target layers
         default = list(auxids.default_layers(n_layers)) if n_layers else None
-        ignored = (f"{name} reads aux layer ids only from {' or '.join(profile.aux_ids_from)}; the ids {ids} at "
+        ignored = (f"{name} reads aux layer ids only from {' or '.join(aux.aux_ids_from)}; the ids {ids} at "
                    f"{where} are ignored and it captures its default layers"
                    + (f" (for this {n_layers}-layer target, the inputs of layers {default})" if default else ""))
         if not default:
@@ -82,7 +82,7 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
                                  "`draftdoctor fix` moves them", severity=F.INFO))
             return out
         effect = "the draft sees other layers than it was trained on"
-        if len(set(default)) < len(ids) and not profile.aux_repeats:  # the engine captures each layer once
+        if len(set(default)) < len(ids) and not aux.aux_repeats:  # the engine captures each layer once
             out.append(F.finding("aux-layer-uncapturable", (
                 f"{ignored}: that is only {len(set(default))} distinct layers for an fc trained on {len(ids)}: a shape "
                 "error the first time the draft runs. `draftdoctor fix` moves them")))
@@ -91,15 +91,15 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
     if read is None:
         return out
     where, ids = read
-    shift = auxids.PLACE_OFFSET[where] - profile.aux_capture_offset
+    shift = auxids.PLACE_OFFSET[where] - aux.aux_capture_offset
     if shift:
         out.append(F.finding("aux-layer-ids", (
             f"{where} ids {ids} name {_input_of(auxids.PLACE_OFFSET[where])} ({auxids.CONVENTION[where]}); {name} "
-            f"captures {_input_of(profile.aux_capture_offset)}, so the draft reads each layer {abs(shift)} "
+            f"captures {_input_of(aux.aux_capture_offset)}, so the draft reads each layer {abs(shift)} "
             f"{'below' if shift > 0 else 'above'} the one it was trained on. "
             f"`draftdoctor fix --engine {profile.engine}` converts them"), severity=F.WARNING))
-    first, last = profile.capturable(n_layers)
-    captured = [int(i) + profile.aux_capture_offset for i in ids]
+    first, last = aux.capturable(n_layers)
+    captured = [int(i) + aux.aux_capture_offset for i in ids]
     outside = [(i, c) for i, c in zip(ids, captured) if c < first or last is not None and c > last]
     if outside:
         bounds = f"{first}..{last}" if last is not None else f"{first} or above"
@@ -107,7 +107,7 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
         out.append(F.finding("aux-layer-uncapturable", (
             f"aux layer ids {[i for i, _ in outside]} ({where}) name the input of target layer(s) "
             f"{[c for _, c in outside]}, which {name} cannot capture: it captures "
-            f"{_input_of(profile.aux_capture_offset)}, which must lie in {bounds}{target_text}; the first draft step "
+            f"{_input_of(aux.aux_capture_offset)}, which must lie in {bounds}{target_text}; the first draft step "
             f"fails. No rewrite of the checkpoint can change which layers the draft was trained on: serve it on an "
             f"engine that captures them, or retrain with other aux layer ids")))
     return out
@@ -139,9 +139,10 @@ WITHOUT = {"fc_norm": "its per-aux norms before fc", "norm_before_fc": "its norm
 
 def _unbuilt_key_fate(profile: Profile, key: str) -> str:
     """What the release's loader does with a key of a module it did not build: SKIP, WARN or CRASH."""
-    if any(s in key for s in profile.dropped_unless_built) or key.endswith(profile.unmatched_skipped_suffixes):
+    keys = profile.keys
+    if any(s in key for s in keys.dropped_unless_built) or key.endswith(keys.unmatched_skipped_suffixes):
         return SKIP
-    return profile.on_unmatched[0]
+    return keys.on_unmatched[0]
 
 
 LOSS = ", a different function than the one trained, and acceptance drops"
@@ -179,11 +180,11 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
     """Training options and extra norms the engine cannot compute, says what serving it there does (the
     keys skipped, the load refused, the flag ignored), and norms whose tensors are there without the flag
     that makes the engine build them."""
-    name = profile.spec
+    name, draft_class = profile.spec, profile.build.draft_class
     config = checkpoint.config or {}
     fmt = config_format(config)
     stated = draft_options(config)
-    read_here = draft_options(config, profile.norm_before_fc_from)
+    read_here = draft_options(config, profile.config.norm_before_fc_from)
     options = checkpoint_options(checkpoint)
     norm_keys = {o: option_keys(checkpoint.tensors, o) for o in TENSOR_OPTIONS}
     not_computed = unsupported_options(options, profile, fmt, layer_options(config))
@@ -203,7 +204,7 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
             continue
         happens = _what_happens(option, norm_keys.get(option, []), profile)
         out.append(F.finding(OPTION_CODES.get(option, "lossy-config"), f"{text}: {happens}"
-                             + _serving(lambda row, option=option: row.implements(option), profile.draft_class)))
+                             + _serving(lambda row, option=option: row.implements(option), draft_class)))
     out += _norm_output_meaning(checkpoint, profile, stated)
     # `fix --allow-lossy` keeps an option the engine cannot express only in its record, which no
     # engine reads: the draft was still trained with it
@@ -215,14 +216,14 @@ def option_checks(checkpoint: Checkpoint, profile: Profile) -> list[F.Finding]:
         out.append(F.finding(OPTION_CODES.get(option, "lossy-config"), (
             f"the draft was trained with {option}: true, kept only in the config's {RECORD_KEY} record by a lossy fix, "
             f"where no engine reads it: {name} computes without it, a different function than the one trained, and "
-            f"acceptance drops{remedy or _serving(lambda row, option=option: row.implements(option), profile.draft_class)}")))
+            f"acceptance drops{remedy or _serving(lambda row, option=option: row.implements(option), draft_class)}")))
     qk_keys = [k for k in checkpoint.tensors if k.endswith(("q_norm.weight", "k_norm.weight"))]
     qwen3 = layer_config(config).get("model_type") == "qwen3"
-    if (qk_keys or qwen3) and not profile.supports_qk_norm:
+    if (qk_keys or qwen3) and not profile.build.supports_qk_norm:
         what = f"{len(qk_keys)} q_norm/k_norm tensors" if qk_keys else "model_type qwen3 (q/k norms)"
         out.append(F.finding("qk-norm-unsupported", f"{what}: {name}'s Llama EAGLE-3 draft has no q/k norms; "
                                                     "they are not applied and the attention differs from training"
-                                                    + _serving(lambda row: row.supports_qk_norm, "qwen3")))
+                                                    + _serving(lambda row: row.build.supports_qk_norm, "qwen3")))
     return out
 
 
@@ -261,7 +262,7 @@ def _serving(holds, draft_class: str) -> str:
 
 def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> list[F.Finding]:
     """The draft-to-target vocabulary map, the head, and the embedding."""
-    out = []
+    out, unwritten = [], profile.unwritten
     V, Vd = dims.vocab_size, dims.draft_vocab_size
     d2t, t2d = checkpoint.find("d2t"), checkpoint.find("t2d")
     if Vd is not None and Vd < V and d2t is None:
@@ -271,7 +272,7 @@ def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> l
     if d2t is not None:
         out += _vocab_map_problems(d2t, t2d, V, Vd)
     has_head = checkpoint.find("lm_head.weight") is not None
-    if not has_head and "lm_head" in profile.from_target_when_absent:
+    if not has_head and "lm_head" in unwritten.from_target_when_absent:
         fits = Vd in (None, V)
         out.append(F.finding("lm-head-missing", (
             "no lm_head.weight: the engine uses the target's head at serve time"
@@ -281,11 +282,11 @@ def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> l
         out.append(F.finding("lm-head-missing", (
             f"config declares draft_vocab_size {Vd} but the checkpoint has no lm_head.weight: the engine builds its "
             "own head and leaves it at initial values (the draft picks random tokens)")))
-    if checkpoint.find("embed_tokens.weight") is None and (profile.embed_from_target
-                                                              or "embed" in profile.from_target_when_absent):
+    if checkpoint.find("embed_tokens.weight") is None and (unwritten.embed_from_target
+                                                              or "embed" in unwritten.from_target_when_absent):
         fits = dims.target_hidden_size in (None, dims.hidden_size)
         unusable = ("target_hidden_size differs from hidden_size, so the engine cannot use the target's embedding and "
-                    "this one stays at initial values" if profile.embed_from_target else
+                    "this one stays at initial values" if unwritten.embed_from_target else
                     f"the engine uses the target's embedding ({dims.target_hidden_size} wide) in a draft {dims.hidden_size} "
                     "wide: a shape error at the first draft step")
         out.append(F.finding("embed-missing", (

@@ -57,7 +57,7 @@ class ConfigRewrite:
 def target_format(profile) -> str:
     """The config format `fix` writes for an engine: speculators' where read (it states the aux-id
     convention and every option explicitly), else flat."""
-    return SPECULATORS if SPECULATORS in profile.config_formats else FLAT
+    return SPECULATORS if SPECULATORS in profile.config.config_formats else FLAT
 
 
 def rewrite_config(config: dict, profile) -> ConfigRewrite:
@@ -97,7 +97,7 @@ def _fill_layer_config(layer: dict, ids, options: dict, profile) -> list[ConfigC
         changes.append(ConfigChange("transformer_layer_config.num_aux_hidden_states", ABSENT, len(ids),
                                     f"vLLM sizes fc by it; without it, {len(ids)} aux ids at the top level get a "
                                     "3-state fc"))
-    for name in profile.speculators_drops:
+    for name in profile.config.speculators_drops:
         if options.get(name) and not layer.get(name):
             layer[name] = True
             changes.append(ConfigChange(f"transformer_layer_config.{name}", ABSENT, True,
@@ -134,17 +134,17 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
         eagle = {k: v for k, v in (config.get("eagle_config") or {}).items() if k not in DRAFT_OPTIONS}
         sglang_ids = eagle.get("eagle_aux_hidden_state_layer_ids")
         ids = None if sglang_ids else config.get("eagle_aux_hidden_state_layer_ids")
-    arch = [profile.architectures[0]]
+    arch = [profile.config.architectures[0]]
     if config.get("architectures") != arch:
         changes.append(ConfigChange("architectures", config.get("architectures", ABSENT), arch,
                                     f"the draft class {profile.engine} registers"))
     source_type = (layer if source == SPECULATORS else config).get("model_type")
-    model_type = source_type if source_type in profile.model_types else profile.model_types[0]
+    model_type = source_type if source_type in profile.config.model_types else profile.config.model_types[0]
     if config.get("model_type") != model_type:
         changes.append(ConfigChange("model_type", config.get("model_type", ABSENT), model_type,
                                     "transformers needs model_type to read the config" if source_type is None else
                                     f"{profile.engine} reads this draft class with model_type "
-                                    f"{' or '.join(profile.model_types)}"))
+                                    f"{' or '.join(profile.config.model_types)}"))
     flat = {"architectures": arch, "model_type": model_type, **body}
     for key, value in _legacy_rope(flat).items():
         flat[key] = value
@@ -157,7 +157,7 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
                                     "left out: SGLang computes target_hidden_size * 3 and crashes on null"))
     if "bias" in config:
         flat["bias"] = config["bias"]
-    if profile.aux_ids_from[0] == auxids.TOP_LEVEL:  # an engine reading the top level (vLLM): the ids go there
+    if profile.aux.aux_ids_from[0] == auxids.TOP_LEVEL:  # an engine reading the top level (vLLM): the ids go there
         if sglang_ids:
             ids = auxids.convert(eagle.pop("eagle_aux_hidden_state_layer_ids"), auxids.EAGLE_CONFIG, auxids.TOP_LEVEL)
             changes.append(ConfigChange("eagle_config.eagle_aux_hidden_state_layer_ids", sglang_ids, ids,
@@ -165,7 +165,7 @@ def _to_flat(config: dict, profile) -> ConfigRewrite:
                                         "eagle_aux_hidden_state_layer_ids"))
         if ids:
             flat["eagle_aux_hidden_state_layer_ids"] = ids
-            if len(ids) != 3 and "num_aux_hidden_states" in profile.fc_aux_count_from and "num_aux_hidden_states" not in flat:
+            if len(ids) != 3 and "num_aux_hidden_states" in profile.build.fc_aux_count_from and "num_aux_hidden_states" not in flat:
                 flat["num_aux_hidden_states"] = len(ids)
                 changes.append(ConfigChange("num_aux_hidden_states", ABSENT, len(ids),
                                             f"{profile.engine} sizes fc from it, not from top-level ids"))

@@ -66,16 +66,17 @@ class Reading:
 
     @cached_property
     def looked_up(self) -> list[str]:
-        return self.profile.registry_names(self.architectures)
+        return self.profile.config.registry_names(self.architectures)
 
     @cached_property
     def unmodelled(self) -> list[str]:
-        return [a for a in self.looked_up if a in self.profile.unmodelled_classes]
+        return [a for a in self.looked_up if a in self.profile.config.unmodelled_classes]
 
     @property
     def path_note(self) -> str:
         return ("this release's transformers (4.x) may instead take a model type named in the folder's path, "
-                "and the build then fails: the server does not start either way; " if self.profile.model_type_from_path else "")
+                "and the build then fails: the server does not start either way; "
+                if self.profile.config.model_type_from_path else "")
 
     @cached_property
     def kind(self):
@@ -84,7 +85,7 @@ class Reading:
     @cached_property
     def types_read(self) -> dict | None:
         """speculators_model_type -> the top-level keys its reader needs; None: the release reads no type."""
-        types = self.profile.speculators_types
+        types = self.profile.config.speculators_types
         return None if types is None or self.kind is None else dict(types)
 
     @property
@@ -93,7 +94,7 @@ class Reading:
 
     @property
     def refusal(self) -> str:
-        return dict(self.profile.speculators_refusals).get(
+        return dict(self.profile.config.speculators_refusals).get(
             self.kind, "Expected one of: {...}. Please ensure you're loading a speculators-format model.")
 
     @cached_property
@@ -106,7 +107,7 @@ class Reading:
 
     @cached_property
     def rewritten(self) -> str | None:
-        return dict(self.profile.rewritten_model_types).get(self.config.get("model_type")) if self.flat else None
+        return dict(self.profile.config.rewritten_model_types).get(self.config.get("model_type")) if self.flat else None
 
     @property
     def kept_class(self) -> str:
@@ -115,7 +116,8 @@ class Reading:
     @property
     def unknown_said(self) -> str:
         looked_up = self.looked_up
-        return self.profile.unknown_architecture.format(architectures=looked_up, first=looked_up[0] if looked_up else None)
+        return self.profile.config.unknown_architecture.format(architectures=looked_up,
+                                                               first=looked_up[0] if looked_up else None)
 
     def null(self, key: str) -> bool:
         """The config has `key` at its top level, set to null."""
@@ -129,7 +131,7 @@ _FIX_WRITES = "`draftdoctor fix --engine {r.engine}=={r.release}` writes"
 RULES: tuple[Rule, ...] = (
     Rule(FORMATS, lambda r: r.fmt == MISSING, "config-unreadable",
          "{r.where} does not exist; {r.engine} needs it to build the draft"),
-    Rule(SGLANG, lambda r: r.fmt not in r.profile.config_formats and not r.flat, "config-unreadable",
+    Rule(SGLANG, lambda r: r.fmt not in r.profile.config.config_formats and not r.flat, "config-unreadable",
          "{r.engine} cannot read {r.where} ({r.fmt} format): \"Unrecognized model in {r.folder}. Should have a "
          "`model_type` key in its config.json\"; {r.path_note}" + _FIX_WRITES + " the flat config it reads"),
     Rule(VLLM, lambda r: r.flat and r.unmodelled, "replay-not-modelled",
@@ -141,37 +143,39 @@ RULES: tuple[Rule, ...] = (
     Rule(VLLM, lambda r: r.speculators and r.types_read is not None and r.missing, "config-unreadable",
          "{r.where}: {r.engine} {r.release} reads a {r.kind!r} speculators config only with {r.missing[0]!r} at its "
          "top level: \"KeyError: {r.missing[0]!r}\""),
-    Rule(VLLM, lambda r: r.speculators and r.profile.speculators_classes
-         and r.layer_type not in dict(r.profile.speculators_classes), "config-unreadable",
+    Rule(VLLM, lambda r: r.speculators and r.profile.config.speculators_classes
+         and r.layer_type not in dict(r.profile.config.speculators_classes), "config-unreadable",
          "{r.where}: {r.engine} reads speculators' config by its layer model_type, and has no EAGLE-3 class for "
          "{r.layer_type!r}: \"Unsupported model_type {r.layer_type} for Eagle3 speculator\""),
     Rule(VLLM, lambda r: r.rewritten, "config-unreadable",
          "{r.where}: {r.engine} turns a draft of model_type {r.config[model_type]!r} into its MTP module before the "
          "registry: \"Model architectures ['{r.rewritten}'] are not supported for now\"; a model_type such as "
          "deepseek_v2 or kimi_k2 keeps {r.kept_class}"),
-    Rule("Published drafts", lambda r: r.flat and r.profile.builds_a_target_model(r.architectures), "loader-crash",
+    Rule("Published drafts", lambda r: r.flat and r.profile.config.builds_a_target_model(r.architectures),
+         "loader-crash",
          "{r.where}: architectures {r.architectures} name a target model, not an EAGLE-3 draft: {r.engine} builds a "
          "plain {r.looked_up[0]}, which has no fc and no draft layer, and its build or load fails (seen with SGLang's "
          "own loaders); " + _FIX_WRITES + " its EAGLE-3 class"),
-    Rule(SGLANG, lambda r: r.flat and not set(r.looked_up) & set(r.profile.architectures), "config-unreadable",
+    Rule(SGLANG, lambda r: r.flat and not set(r.looked_up) & set(r.profile.config.architectures), "config-unreadable",
          "{r.where}: {r.engine} has no EAGLE-3 draft class for architectures {r.architectures}: \"{r.unknown_said}\" "
-         "(expected {r.profile.architectures[0]})"),
-    Rule(REAL, lambda r: r.profile.needs_draft_vocab_size and "draft_vocab_size" not in r.config
+         "(expected {r.profile.config.architectures[0]})"),
+    Rule(REAL, lambda r: r.profile.config.needs_draft_vocab_size and "draft_vocab_size" not in r.config
          and "draft_vocab_size" not in r.layer_config, "loader-crash",
-         "{r.where}: {r.engine} {r.release}: {r.profile.needs_draft_vocab_size}"),
-    Rule(SGLANG, lambda r: r.profile.q_lora_required and r.dims.q_lora_rank is None, "loader-crash",
-         "{r.where}: q_lora_rank is null; {r.engine} {r.release} raises \"{r.profile.q_lora_required}\" while "
-         "building the draft"),
-    Rule(SGLANG, lambda r: r.flat and r.profile.null_target_hidden_crashes and r.null("target_hidden_size"),
+         "{r.where}: {r.engine} {r.release}: {r.profile.config.needs_draft_vocab_size}"),
+    Rule(SGLANG, lambda r: r.profile.build.q_lora_required and r.dims.q_lora_rank is None, "loader-crash",
+         "{r.where}: q_lora_rank is null; {r.engine} {r.release} raises "
+         "\"{r.profile.build.q_lora_required}\" while building the draft"),
+    Rule(SGLANG, lambda r: r.flat and r.profile.build.null_target_hidden_crashes and r.null("target_hidden_size"),
          "loader-crash", "{r.where}: target_hidden_size is null; {r.engine} computes target_hidden_size * num_aux and "
                          "fails (\"unsupported operand type(s) for *: 'NoneType' and 'int'\"). Remove the field."),
-    Rule(SGLANG, lambda r: r.flat and r.null("draft_vocab_size") and r.profile.null_draft_vocab_error, "loader-crash",
+    Rule(SGLANG, lambda r: r.flat and r.null("draft_vocab_size") and r.profile.build.null_draft_vocab_error,
+         "loader-crash",
          "{r.where}: draft_vocab_size is null; {r.engine} {r.profile.first}–{r.profile.last} sizes lm_head from it and "
-         "fails (\"{r.profile.null_draft_vocab_error}\"); later releases take the head from the target. Set it to the "
-         "head's row count."),
-    Rule(SGLANG, lambda r: r.dims.num_layers != 1 and r.profile.single_layer_error, "loader-crash",
+         "fails (\"{r.profile.build.null_draft_vocab_error}\"); later releases take the head from the target. Set it "
+         "to the head's row count."),
+    Rule(SGLANG, lambda r: r.dims.num_layers != 1 and r.profile.build.single_layer_error, "loader-crash",
          "{r.engine} {r.profile.first}–{r.profile.last} builds one decoder layer and raises "
-         "\"{r.profile.single_layer_error}\" for num_hidden_layers={r.dims.num_layers}"),
+         "\"{r.profile.build.single_layer_error}\" for num_hidden_layers={r.dims.num_layers}"),
 )
 
 
@@ -189,5 +193,5 @@ def config_problem(profile: Profile, release: str, checkpoint: Checkpoint, dims:
 
 def unmodelled_class(profile: Profile, release: str, config: dict | None) -> F.Finding | None:
     """`replay-not-modelled` when a flat config names a draft class the release builds but the replay does
-    not model (`Profile.unmodelled_classes`), else None."""
+    not model (`ConfigReading.unmodelled_classes`), else None."""
     return first_problem(Reading(profile, release, config, ""), [r for r in RULES if r.code == "replay-not-modelled"])

@@ -120,10 +120,11 @@ class DraftDims:
     tie_word_embeddings: bool = False
     fc_norm: bool = False
     use_aux_norm: bool = False  # SGLang's older name for fc_norm
-    # norm_before_fc where the config sets it: ((place, value), ...), eagle_config's first (Profile.norm_before_fc_from)
+    # norm_before_fc where the config sets it: ((place, value), ...), eagle_config's first
+    # (ConfigReading.norm_before_fc_from)
     norm_before_fc_at: tuple[tuple[str, bool], ...] = ()
     model_type: str | None = None  # the decoder layer's model_type (llama, qwen3, deepseek_v2, kimi_k2, ...)
-    # the ids at each place, for the engines' fc-width rules (Profile.fc_aux_count_from)
+    # the ids at each place, for the engines' fc-width rules (Build.fc_aux_count_from)
     aux_ids_top: tuple[int, ...] | None = None
     aux_ids_eagle: tuple[int, ...] | None = None
     num_aux_layers: int | None = None  # vLLM's Qwen3 class reads it before num_aux_hidden_states
@@ -235,7 +236,7 @@ def layer_options(config: dict) -> tuple[str, ...]:
 
 def unsupported_options(options: dict, profile, fmt: str = FLAT, carried: tuple[str, ...] = ()) -> list[str]:
     """The options set true that `profile`'s engine does not implement, or does not read from a
-    config of format `fmt` (Profile.speculators_drops) unless `carried` where it does read them."""
+    config of format `fmt` (ConfigReading.speculators_drops) unless `carried` where it does read them."""
     return [name for name, value in options.items()
             if value and (not profile.implements(name)
-                          or fmt == SPECULATORS and name in profile.speculators_drops and name not in carried)]
+                          or fmt == SPECULATORS and name in profile.config.speculators_drops and name not in carried)]

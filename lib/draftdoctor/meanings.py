@@ -47,29 +47,31 @@ def is_draft(checkpoint: Checkpoint) -> bool:
 
 def engine_meaning(profile, config: dict, dims: DraftDims, checkpoint: Checkpoint, n_layers: int | None) -> dict:
     """What the engine of `profile` (the row it builds this config with) does with `config`."""
-    read = any(auxids.ids_at(config, where) for where in profile.aux_ids_from)
-    layers = (profile.captured_layers(config, n_layers or 0) if read
+    read = any(auxids.ids_at(config, where) for where in profile.aux.aux_ids_from)
+    layers = (profile.aux.captured_layers(config, n_layers or 0) if read
               else auxids.default_layers(n_layers) if n_layers else DEFAULTS)
     fmt, carried = config_format(config), layer_options(config)
     norms = []
     for option in DRAFT_OPTIONS:
         on = profile.option_enabled(config, option)
         if option == "fc_norm" and "fc_norm" not in config and "use_aux_norm" in config:
-            on = bool(config["use_aux_norm"]) and profile.reads_use_aux_norm  # SGLang's older name
-        dropped = fmt == SPECULATORS and option in profile.speculators_drops and option not in carried
+            on = bool(config["use_aux_norm"]) and profile.config.reads_use_aux_norm  # SGLang's older name
+        dropped = fmt == SPECULATORS and option in profile.config.speculators_drops and option not in carried
         if on and profile.implements(option) and not dropped:
             norms.append(option)
-    if profile.supports_qk_norm:
+    if profile.build.supports_qk_norm:
         norms.append(QK_NORMS)
     draft_vocab = dims.draft_vocab_size or dims.vocab_size
+    unwritten = profile.unwritten
     head_from_target = dims.draft_vocab_size is None or (
-        "lm_head" in profile.from_target_when_absent and not _has(checkpoint, "lm_head.weight"))
-    embed_from_target = (profile.embed_from_target and dims.target_hidden_size in (None, dims.hidden_size)) or (
-        "embed" in profile.from_target_when_absent and not _has(checkpoint, "embed_tokens.weight"))
+        "lm_head" in unwritten.from_target_when_absent and not _has(checkpoint, "lm_head.weight"))
+    embed_from_target = (unwritten.embed_from_target and dims.target_hidden_size in (None, dims.hidden_size)) or (
+        "embed" in unwritten.from_target_when_absent and not _has(checkpoint, "embed_tokens.weight"))
     return {"aux layers": layers, "fc aux states": fc_aux_count(profile, dims),
             "norms": tuple(norms), "vocabularies": (dims.vocab_size, draft_vocab),
             "head": "the target's" if head_from_target else "the draft's",
-            "embedding": "the target's" if embed_from_target else "the draft's", "draft class": profile.draft_class}
+            "embedding": "the target's" if embed_from_target else "the draft's",
+            "draft class": profile.build.draft_class}
 
 
 def written_meaning(config: dict, dims: DraftDims, n_layers: int | None) -> dict:

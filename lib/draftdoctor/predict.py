@@ -245,14 +245,15 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
                 raise PredictionUnavailable(f"the draft cannot run on what {engine} captures: {e}") from None
     if not results:
         raise PredictionUnavailable("the target's greedy continuations were too short to verify a draft step")
-    length, se, per_position, per_position_se, emitted = summarise(results, profile.counts_accepted, spec.num_steps)
+    counts = profile.serving.counts_accepted
+    length, se, per_position, per_position_se, emitted = summarise(results, counts, spec.num_steps)
     notes = []
     short = sum(len(rec.continuation) < tokens for rec in recordings)
     if short:
         notes.append(f"{short} continuation(s) ended early: the full forward and token-by-token decoding took another "
                      "token at a near tie")
     return Prediction(length, se, per_position, per_position_se, len(results), emitted,
-                      sum(r.spec_verify_ct for r in results), spec.num_steps, report.loader, profile.counts_accepted,
+                      sum(r.spec_verify_ct for r in results), spec.num_steps, report.loader, counts,
                       str(spec.target), spec.device, time.perf_counter() - started, notes)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .configs import SPECULATORS, config_format
 
 LLAMA, QWEN3, MLA = "Llama EAGLE-3", "Qwen3 EAGLE-3 (q/k norms)", "MLA EAGLE-3 (DeepSeek/Kimi targets)"
-DRAFT_CLASS = {LLAMA: "llama", QWEN3: "qwen3", MLA: "mla"}  # the engines' builder of each (Profile.draft_class)
+DRAFT_CLASS = {LLAMA: "llama", QWEN3: "qwen3", MLA: "mla"}  # the engines' builder of each (Build.draft_class)
 MLA_KEYS = ("kv_a_proj_with_mqa", "q_a_proj", "kv_b_proj")
 # the tools that write the plain midlayer layout with SGLang's flat config: nothing in it tells them apart
 MIDLAYER_WRITERS = "the EAGLE repo, SpecForge or a converter"
@@ -33,7 +33,7 @@ class Provenance:
 
     @property
     def draft_class(self) -> str:
-        """The draft class an engine must build for it: llama | qwen3 | mla (`Profile.draft_class`)."""
+        """The draft class an engine must build for it: llama | qwen3 | mla (`Build.draft_class`)."""
         return DRAFT_CLASS[self.architecture]
 
 

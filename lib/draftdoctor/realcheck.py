@@ -85,7 +85,7 @@ def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None
         # a config format the engine cannot read builds nothing: load the tensors once more with the
         # config `fix` writes
         converted = {i: _with_converted_config(c, profile, Path(scratch) / str(i)) for i, c in enumerate(checkpoints)
-                     if c.config is not None and config_format(c.config) not in profile.config_formats
+                     if c.config is not None and config_format(c.config) not in profile.config.config_formats
                      and config_format(c.config) in (FLAT, SPECULATORS)}
         target_file = None
         if target_config is not None:
@@ -221,18 +221,18 @@ def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: 
         ks = KeyStatus(k.key, DROPPED, shape=tuple(k.shape), nbytes=t.nbytes if t else 0)
         if k.consumed_as == "parameter":
             ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k.key, (k.parameters[0], None))
-            if any(part in k.key for pair in profile.paired_keys for part in pair[:2]):
+            if any(part in k.key for pair in profile.keys.paired_keys for part in pair[:2]):
                 ks.reason = f"{PAIR_REASON} into {ks.param}"  # the engine caches one, then writes both at once
         elif k.consumed_as == "attribute":
             ks.status, ks.reason = DERIVED, f"becomes the {', '.join(k.attributes)} attribute"
         elif error and error.stage == "load" and error.key == k.key:
             ks.status, ks.reason = (MISMATCH if is_shape_error(error) else CRASHED, error.message)
-        elif error and error.stage == "load" and (raw.keys_collected_first or profile.loads_all_or_nothing):
+        elif error and error.stage == "load" and (raw.keys_collected_first or profile.unwritten.loads_all_or_nothing):
             # vLLM's EAGLE-3 load_weights reads every key, then places them in its own order, and
             # llama.cpp places nothing from a failed load: after the error, an unplaced key was not
             # reached, not skipped
             ks.status, ks.reason = NOT_REACHED, "the load failed before this key was placed"
-        elif any(sub in k.key for sub in profile.ignored_keys):
+        elif any(sub in k.key for sub in profile.keys.renames.drops):
             ks.status, ks.reason = IGNORED, "skipped by design"
         elif is_training_only(k.key):
             ks.status, ks.reason = TRAINING_ONLY, "training-only tensor; no engine parameter exists for it"
@@ -269,7 +269,7 @@ def overlay_detail(raw: LoadReport) -> str:
 def _resized(key: KeyStatus, specs: dict, profile) -> list[F.Finding]:
     """A key written into a parameter of another shape: SGLang pads or narrows row-parallel weights silently."""
     spec = specs.get(key.param)
-    if spec is None or any(part in key.key for pair in profile.paired_keys for part in pair[:2]):
+    if spec is None or any(part in key.key for pair in profile.keys.paired_keys for part in pair[:2]):
         return []  # one of a concatenated pair fills only its block of rows
     expected = spec.shard_shape(key.shard)
     if tuple(key.shape) == tuple(expected):

@@ -54,7 +54,8 @@ class Renaming:
 
 
 def _native(profile, name: str, params: dict) -> tuple[str, str]:
-    status, param, _, reason = resolve_key(replace(profile, renames=profile.renames.drops_only()), name, params)
+    native = replace(profile, keys=replace(profile.keys, renames=profile.keys.renames.drops_only()))
+    status, param, _, reason = resolve_key(native, name, params)
     if status == PAIRED:  # loads with its partner, into the fused parameter, when that exists
         fused = pair_of(profile, param)[1]
         status, param, reason = (LOADED, fused, "") if fused in params else (DROPPED, None, f"no parameter {fused}")

@@ -149,4 +149,4 @@ def build_draft(config: dict, state: dict[str, torch.Tensor], written: set[str],
     if hot_token_id is not None and hot_token_id.shape != (shape.draft_vocab,):
         raise ValueError(f"hot_token_id has shape {tuple(hot_token_id.shape)}, "
                          f"expected ({shape.draft_vocab},)")
-    return EagleDraft(shape, params, profile.layer_name(0), hot_token_id, norm_before_residual)
+    return EagleDraft(shape, params, profile.build.layer_name(0), hot_token_id, norm_before_residual)

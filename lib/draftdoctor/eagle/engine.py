@@ -6,7 +6,7 @@ One request at a time:
 - draft extend: the draft runs over the committed positions p with (aux state at p, token p+1)
   at position p, filling its KV cache; the last position gives the first draft token;
 - draft decode: num_steps - 1 more chain steps on the draft's own hidden state, step i at rope
-  position committed_len + chain_offset + i (`Profile.chain_position_offset`: SGLang up to 0.5.11 1; from 0.5.12, vLLM and llama.cpp 0);
+  position committed_len + chain_offset + i (`ServedDraft.chain_position_offset`: SGLang up to 0.5.11 1; from 0.5.12, vLLM and llama.cpp 0);
   these KV entries are dropped afterwards;
 - verify: the target runs [pending token, d1..dS] (S + 1 = speculative_num_draft_tokens) and
   accepts the longest prefix of drafts equal to its own argmax, plus one bonus token; rejected
@@ -18,10 +18,10 @@ them, stop or not (vLLM's counters, scheduler.py `num_accepted` before its stop 
 per-request meta_info counts, eagle_info.py `accepted_draft_tokens` from the row before the finish
 cut); and those before an accepted EOS (llama.cpp: `common_sampler_sample_and_accept_n` stops at an
 end-of-generation draft and counts it as the target's own token, except the step's last draft, which
-it keeps as accepted). `Profile.counts_accepted` says which.
+it keeps as accepted). `ServedDraft.counts_accepted` says which.
 
 Aux hidden states: the caller passes the target layers whose input the emulated release captures
-(`Profile.captured_layers`, from `draftdoctor.auxids`). Each layer is captured once, so on a 6-layer
+(`AuxCapture.captured_layers`, from `draftdoctor.auxids`). Each layer is captured once, so on a 6-layer
 target SGLang's default [2, 3, 3] gives two aux states where the draft's fc needs three:
 `CaptureMismatch`.
 """
@@ -64,7 +64,7 @@ class GenerateResult:
         return self.completion_tokens / self.spec_verify_ct if self.spec_verify_ct else 0.0
 
     def counted(self, how: str) -> list[int]:
-        """Accepted drafts per position as an engine's counters count them (`Profile.counts_accepted`)."""
+        """Accepted drafts per position as an engine's counters count them (`ServedDraft.counts_accepted`)."""
         return {"before_stop": self.accepted_before_stop, "before_eos": self.accepted_before_eos,
                 "emitted": self.accepted_per_position}[how]
 
@@ -118,9 +118,9 @@ def speculative_generate(target: TargetModel, draft: EagleDraft, capture: tuple[
                          eos_token_id: int | None = None, *, chain_offset: int,
                          drafts_within_budget: bool = False, aux_repeats: bool = False) -> GenerateResult:
     """Greedy EAGLE-3 chain speculation (topk 1, num_steps drafts + 1 per verify); `chain_offset`:
-    the emulated engine's `Profile.chain_position_offset`; `drafts_within_budget`: its
-    `Profile.drafts_within_budget` (a step drafts no more than the token budget has room for);
-    `aux_repeats`: its `Profile.aux_repeats` (a layer named twice is captured twice, in the ids' order)."""
+    the emulated engine's `ServedDraft.chain_position_offset`; `drafts_within_budget`: its
+    `ServedDraft.drafts_within_budget` (a step drafts no more than the token budget has room for);
+    `aux_repeats`: its `AuxCapture.aux_repeats` (a layer named twice is captured twice, in the ids' order)."""
     if num_steps < 1:
         raise ValueError("num_steps must be at least 1")
     # SGLang tests `i in layers_to_capture` while looping over its layers: each layer once, in order;

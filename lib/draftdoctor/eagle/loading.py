@@ -47,8 +47,8 @@ class LoadedDraft:
     capture: tuple[int, ...]  # target layers whose input the engine captures as aux states
     written: set[str]
     chain_offset: int  # rope position of draft chain step i is committed + chain_offset + i
-    drafts_within_budget: bool = False  # Profile.drafts_within_budget
-    aux_repeats: bool = False  # Profile.aux_repeats: a layer named twice is captured twice
+    drafts_within_budget: bool = False  # ServedDraft.drafts_within_budget
+    aux_repeats: bool = False  # AuxCapture.aux_repeats: a layer named twice is captured twice
 
     def speculate(self, target: TargetModel, prompt_ids: list[int], max_new_tokens: int, num_steps: int,
                   eos_token_id: int | None = None, draft: EagleDraft | None = None):
@@ -71,15 +71,15 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
         raise LoadRefused("; ".join(f.brief() for f in refusing))
     checkpoint = checkpoint or open_checkpoint(report.path)
     profile = engine.profile_for(checkpoint.config)
-    if profile.draft_class != "llama":
-        raise LoadRefused(f"{engine} builds {profile.architectures[0]} ({profile.draft_class}) for this draft; the "
-                          "reference backend computes the Llama EAGLE-3 draft only: measure it on a real engine "
-                          "(--backend vllm)")
+    if profile.build.draft_class != "llama":
+        raise LoadRefused(f"{engine} builds {profile.config.architectures[0]} ({profile.build.draft_class}) for this "
+                          "draft; the reference backend computes the Llama EAGLE-3 draft only: measure it on a real "
+                          "engine (--backend vllm)")
     computes = [o for o in NOT_COMPUTED if profile.implements(o) and profile.option_enabled(checkpoint.config, o)]
     if computes:
         raise LoadRefused(f"{engine} computes {', '.join(computes)} for this draft; the reference backend does not")
     placing, placed = engine, report
-    if profile.naming != "hf":
+    if profile.build.naming != "hf":
         # llama.cpp places every tensor of a Llama EAGLE-3 checkpoint or refuses it (checked above); the
         # reference places them under vLLM's names (the same tensors, fused as the reference computes)
         placing = EngineRelease.newest("vllm")
@@ -115,8 +115,9 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
             draft.params[p.name] = target.embed
         elif p.replaced_by_target and p.role == "lm_head":
             draft.params[p.name] = target.head
-    return LoadedDraft(draft, report, profile.captured_layers(checkpoint.config, target.n_layers), written,
-                       profile.chain_position_offset, profile.drafts_within_budget, profile.aux_repeats)
+    aux, serving = profile.aux, profile.serving
+    return LoadedDraft(draft, report, aux.captured_layers(checkpoint.config, target.n_layers), written,
+                       serving.chain_position_offset, serving.drafts_within_budget, aux.aux_repeats)
 
 
 # torch's view of each safetensors dtype a draft holds

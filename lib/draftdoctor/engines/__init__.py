@@ -42,20 +42,20 @@ class EngineRelease:
     def profile_for(self, config: dict | None) -> Profile:
         """The row of the draft class this release builds for `config` (MLA, Qwen3, ...), chosen as the
         engine chooses: a flat config by its `architectures` as the engine rewrites them, a speculators
-        config by its layer model_type (`Profile.speculators_classes`); else the Llama class's row."""
+        config by its layer model_type (`ConfigReading.speculators_classes`); else the Llama class's row."""
         fmt = config_format(config)
         if fmt == FLAT:
-            names = set(self.profile.registry_names(config.get("architectures") or []))
+            names = set(self.profile.config.registry_names(config.get("architectures") or []))
         elif fmt == SPECULATORS:
             model_type = layer_config(config).get("model_type") or "llama"
-            names = {dict(self.profile.speculators_classes).get(model_type)}
+            names = {dict(self.profile.config.speculators_classes).get(model_type)}
         else:
             return self.profile
-        return next((row for row in self._rows() if names & set(row.architectures)), self.profile)
+        return next((row for row in self._rows() if names & set(row.config.architectures)), self.profile)
 
     def class_row(self, draft_class: str) -> Profile | None:
         """This release's row for a draft class (llama, qwen3, mla), None when it registers no such class."""
-        return next((row for row in self._rows() if row.draft_class == draft_class), None)
+        return next((row for row in self._rows() if row.build.draft_class == draft_class), None)
 
     def _rows(self) -> list[Profile]:
         return [row for row in all_profiles() if row.engine_name == self.name and row.contains(self.release)]
@@ -98,7 +98,7 @@ def releases_where(holds, draft_class: str = "llama") -> list[str]:
     names where it says which releases do something, so that it can never disagree with the rows."""
     from itertools import groupby
 
-    rows = [p for p in all_profiles() if p.draft_class == draft_class]
+    rows = [p for p in all_profiles() if p.build.draft_class == draft_class]
     out = []
     for engine in dict.fromkeys(p.engine_name for p in rows):
         ranges = sorted((p for p in rows if p.engine_name == engine), key=lambda p: parse_version(p.first))
@@ -136,8 +136,8 @@ def resolve_engine(spec: "str | EngineRelease") -> EngineRelease:
         return spec
     engine, _, version = spec.strip().partition("==")
     engine = engine.strip().lower()
-    profiles = [p for p in all_profiles() if p.engine_name == engine and p.draft_class == "llama"]
-    known = "; ".join(p.spec for p in all_profiles() if p.draft_class == "llama")
+    profiles = [p for p in all_profiles() if p.engine_name == engine and p.build.draft_class == "llama"]
+    known = "; ".join(p.spec for p in all_profiles() if p.build.draft_class == "llama")
     if not profiles:
         raise EngineSpecError(f"unknown engine {engine!r}: known releases are {known}")
     if not version:

@@ -34,18 +34,18 @@ class ParamSpec:
 
 
 def fc_aux_count(profile: Profile, dims: DraftDims) -> int:
-    """How many aux hidden states the engine builds fc for (`Profile.fc_aux_count_from`)."""
+    """How many aux hidden states the engine builds fc for (`Build.fc_aux_count_from`)."""
     found = {"num_aux_layers": dims.num_aux_layers, "num_aux_hidden_states": dims.num_aux_hidden_states,
              auxids.EAGLE_CONFIG: len(dims.aux_ids_eagle or ()), auxids.TOP_LEVEL: len(dims.aux_ids_top or ())}
-    return next((found[place] for place in profile.fc_aux_count_from if found[place]), 3)
+    return next((found[place] for place in profile.build.fc_aux_count_from if found[place]), 3)
 
 
 def builds_input_norm(profile: Profile, dims: DraftDims) -> bool:
     """Whether the release builds input_norm (norm_before_fc) for this draft, reading the flag where it does
-    (`Profile.norm_before_fc_from`)."""
+    (`ConfigReading.norm_before_fc_from`)."""
     flag = dict(dims.norm_before_fc_at)
-    at = next((where for where in profile.norm_before_fc_from if where in flag), None)
-    return profile.supports_input_norm and at is not None and flag[at]
+    at = next((where for where in profile.config.norm_before_fc_from if where in flag), None)
+    return profile.build.supports_input_norm and at is not None and flag[at]
 
 
 def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[ParamSpec]:
@@ -53,13 +53,14 @@ def _llama_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[
     q, kv = dims.num_heads * hd, dims.num_kv_heads * hd
     qkv_shards = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}
     params = [ParamSpec(f"{L}self_attn.qkv_proj.weight", (q + 2 * kv, width), "layer", qkv_shards)]
-    if profile.qkv_bias_from_config and dims.attention_bias:
+    if profile.build.qkv_bias_from_config and dims.attention_bias:
         params.append(ParamSpec(f"{L}self_attn.qkv_proj.bias", (q + 2 * kv,), "layer", qkv_shards))
-    if profile.draft_class == "qwen3":
+    if profile.build.draft_class == "qwen3":
         params += [ParamSpec(f"{L}self_attn.q_norm.weight", (hd,), "layer"),
                    ParamSpec(f"{L}self_attn.k_norm.weight", (hd,), "layer")]
     params.append(ParamSpec(f"{L}self_attn.o_proj.weight", (H, q), "layer"))
-    if profile.o_proj_bias_from_config and (dims.attention_bias or dims.fc_bias):  # llama.py: attention_bias or bias
+    # llama.py: attention_bias or bias
+    if profile.build.o_proj_bias_from_config and (dims.attention_bias or dims.fc_bias):
         params.append(ParamSpec(f"{L}self_attn.o_proj.bias", (H,), "layer"))
     return params + _mlp_and_norms(L, dims)
 
@@ -75,8 +76,9 @@ def _mla_layer(profile: Profile, L: str, width: int, dims: DraftDims) -> list[Pa
         params += [ParamSpec(f"{A}kv_a_proj_with_mqa.weight", (kvL + rope, width), "layer"),
                    ParamSpec(f"{A}q_proj.weight", (heads * (nope + rope), width), "layer")]
     else:
-        fused = profile.paired_keys[0][2] if profile.paired_keys else "fused_qkv_a_proj"
-        shards = {} if profile.paired_keys else {0: (0, qL), 1: (qL, kvL + rope)}
+        paired = profile.keys.paired_keys  # SGLang caches the two halves and writes them at once: no shards
+        fused = paired[0][2] if paired else "fused_qkv_a_proj"
+        shards = {} if paired else {0: (0, qL), 1: (qL, kvL + rope)}
         params += [ParamSpec(f"{A}{fused}.weight", (qL + kvL + rope, width), "layer", shards),
                    ParamSpec(f"{A}q_a_layernorm.weight", (qL,), "layer"),
                    ParamSpec(f"{A}q_b_proj.weight", (heads * (nope + rope), qL), "layer")]
@@ -112,37 +114,39 @@ def _gguf_parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
         params.append(ParamSpec(f"blk.0.{name}.weight", shape, "layer"))
     params += [ParamSpec("output_norm.weight", (H,), "norm"),
                ParamSpec("output.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head")]
-    if profile.vocab_map_param:
-        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
+    if vocab_map := profile.build.vocab_map_param:
+        params.append(ParamSpec(vocab_map, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
     return params
 
 
 def parameters(profile: Profile, dims: DraftDims) -> list[ParamSpec]:
-    """The parameters `profile`'s draft class creates for a draft of `dims`."""
-    if profile.naming == "gguf":
+    """The parameters `profile`'s draft class creates for a draft of `dims` (its `Build` record, and what its
+    `ConfigReading` passes on)."""
+    build, config = profile.build, profile.config
+    if build.naming == "gguf":
         return _gguf_parameters(profile, dims)
     H = dims.hidden_size
     Ht = dims.target_hidden_size or H
     aux = fc_aux_count(profile, dims)
     params = [ParamSpec("model.embed_tokens.weight", (dims.vocab_size, H), "embed")]
-    dropped = ([o for o in profile.speculators_drops if o not in dims.layer_options]
+    dropped = ([o for o in config.speculators_drops if o not in dims.layer_options]
                if dims.config_format == SPECULATORS else ())
     if builds_input_norm(profile, dims) and "norm_before_fc" not in dropped:
         params.append(ParamSpec("model.input_norm.weight", (aux * Ht,), "norm"))
-    if (dims.fc_norm or dims.use_aux_norm and profile.reads_use_aux_norm) and profile.supports_fc_norm \
+    if (dims.fc_norm or dims.use_aux_norm and config.reads_use_aux_norm) and build.supports_fc_norm \
             and "fc_norm" not in dropped:
         params += [ParamSpec(f"model.fc_norm.{i}.weight", (Ht,), "norm") for i in range(aux)]
     params.append(ParamSpec("model.fc.weight", (H, aux * Ht), "fc"))
-    if profile.fc_bias == "always" or profile.fc_bias == "config" and dims.fc_bias:
+    if build.fc_bias == "always" or build.fc_bias == "config" and dims.fc_bias:
         params.append(ParamSpec("model.fc.bias", (H,), "fc"))
-    build_layer = LAYER_BUILDERS[profile.draft_class]
-    for i in range(dims.num_layers if profile.single_layer_error is None else 1):
-        params += build_layer(profile, profile.layer_name(i), 2 * H if i == 0 else H, dims)
+    build_layer = LAYER_BUILDERS[build.draft_class]
+    for i in range(dims.num_layers if build.single_layer_error is None else 1):
+        params += build_layer(profile, build.layer_name(i), 2 * H if i == 0 else H, dims)
     params.append(ParamSpec("model.norm.weight", (H,), "norm"))
-    if not dims.tie_word_embeddings or profile.lm_head_when_tied:
+    if not dims.tie_word_embeddings or build.lm_head_when_tied:
         params.append(ParamSpec("lm_head.weight", (dims.draft_vocab_size or dims.vocab_size, H), "lm_head"))
-    if profile.vocab_map_param and (profile.vocab_map_always or not _same_vocabulary(dims)):
-        params.append(ParamSpec(profile.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
+    if build.vocab_map_param and (build.vocab_map_always or not _same_vocabulary(dims)):
+        params.append(ParamSpec(build.vocab_map_param, (dims.draft_vocab_size or dims.vocab_size,), "vocab-map"))
     return params
 
 
@@ -153,7 +157,7 @@ def _same_vocabulary(dims: DraftDims) -> bool:
 def from_target(profile: Profile, dims: DraftDims, param: ParamSpec) -> bool:
     """Whether the engine replaces this parameter with the target's at serve time."""
     if param.role == "embed":
-        return profile.embed_from_target and (dims.target_hidden_size in (None, dims.hidden_size))
+        return profile.unwritten.embed_from_target and (dims.target_hidden_size in (None, dims.hidden_size))
     return param.role == "lm_head" and dims.draft_vocab_size is None
 
 

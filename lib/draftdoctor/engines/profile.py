@@ -3,8 +3,10 @@
 A `Profile` is data: one row per engine release range (docs/engine-facts.md: "SGLang's EAGLE-3 loader", "vLLM's EAGLE-3 loader"),
 made of one record per loading stage (`engines.stages`: reading the config, building the parameters,
 resolving keys, what stays unwritten, aux capture, serving), each read by one small interpreter. A row
-is written with its stages' facts by name, `Profile(first=..., last=..., layer_prefix=..., ...)`: each
-fact goes to the stage that holds it, and reading `row.<fact>` reads it there. The rows are in
+is written as its stage records, `Profile(engine_name=..., first=..., last=..., config=ConfigReading(...),
+build=Build(...), keys=KeyResolution(...), ...)`, and read the same way, `row.keys.on_unmatched`; a single
+fact given by its own name (`dataclasses.replace(row, single_layer_error=None)`) goes to the stage that holds
+it, and `row.<fact>` still reads it there for the modules that read rows fact by fact. The rows are in
 `sglang.py`, `vllm.py` and `llamacpp.py`; `draftdoctor.engines` looks one up.
 """
 
@@ -76,37 +78,36 @@ class Profile(ReleaseRange):
         return (f"{self.engine_name}=={self.first}" if self.first == self.last
                 else f"{self.engine_name} {self.first}–{self.last}")
 
-    @property
-    def ignored_keys(self) -> tuple[str, ...]:
-        """Substrings of keys the loader skips by design (its renames' drops)."""
-        return self.keys.renames.drops
-
     def assumptions(self) -> str:
         """What this row says its releases do with a draft, in a few words drawn from its fields (so they
         cannot disagree with it): what a release newer than every row would be assumed to do."""
         unmatched = {CRASH: "fails the load", WARN: "is skipped with a warning", SKIP: "is dropped silently"}
-        said = [f"decoder layers named {self.layer_name(0).replace('0', 'N')}",
-                f"a key it cannot place {unmatched[self.on_unmatched[0]]}",
-                f"aux layer ids read from {' then '.join(self.aux_ids_from)}",
-                f"configs read: {', '.join(self.config_formats)}"]
-        if self.speculators_types is not None and SPECULATORS in self.config_formats:
-            said.append("speculators types " + ", ".join(kind for kind, _ in self.speculators_types))
+        config = self.config
+        said = [f"decoder layers named {self.build.layer_name(0).replace('0', 'N')}",
+                f"a key it cannot place {unmatched[self.keys.on_unmatched[0]]}",
+                f"aux layer ids read from {' then '.join(self.aux.aux_ids_from)}",
+                f"configs read: {', '.join(config.config_formats)}"]
+        if config.speculators_types is not None and SPECULATORS in config.config_formats:
+            said.append("speculators types " + ", ".join(kind for kind, _ in config.speculators_types))
         return "; ".join(said)
 
     def implements(self, option: str) -> bool:
         """Whether the engine computes one of speculators' draft options (configs.DRAFT_OPTIONS)."""
-        return {"norm_before_residual": self.supports_norm_before_residual, "norm_before_fc": self.supports_input_norm,
-                "fc_norm": self.supports_fc_norm, "norm_output": self.supports_norm_output}[option]
+        build = self.build
+        return {"norm_before_residual": build.supports_norm_before_residual,
+                "norm_before_fc": build.supports_input_norm, "fc_norm": build.supports_fc_norm,
+                "norm_output": build.supports_norm_output}[option]
 
     def option_enabled(self, config: dict, option: str) -> bool:
         """Whether this engine runs the draft with one of speculators' options on, reading `config`
         as the engine does (a speculators config without the option gets the reader's default)."""
-        found = draft_options(config, self.norm_before_fc_from)
-        if option == "fc_norm" and "fc_norm" not in config and not self.reads_use_aux_norm:
+        reading = self.config
+        found = draft_options(config, reading.norm_before_fc_from)
+        if option == "fc_norm" and "fc_norm" not in config and not reading.reads_use_aux_norm:
             found.pop("fc_norm", None)  # draft_options took SGLang's older `use_aux_norm` for it
         if option in found:
             return bool(found[option])
-        return config_format(config) == SPECULATORS and dict(self.speculators_option_defaults).get(option, False)
+        return config_format(config) == SPECULATORS and dict(reading.speculators_option_defaults).get(option, False)
 
     def registry_names(self, architectures) -> list[str]:
         return self.config.registry_names(architectures)
@@ -127,7 +128,7 @@ class Profile(ReleaseRange):
         return self.aux.capturable(n_layers)
 
 
-# `row.<fact>` reads the fact from the stage record holding it (callers read rows fact by fact)
+# `row.<fact>` reads the fact from the stage record holding it (the modules that still read rows fact by fact)
 for _stage, _record in STAGES.items():
     for _fact in fields(_record):
         setattr(Profile, _fact.name, property(attrgetter(f"{_stage}.{_fact.name}"), doc=f"`{_stage}.{_fact.name}`"))

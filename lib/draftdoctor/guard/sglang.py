@@ -74,7 +74,7 @@ def is_draft(model_config) -> bool:
 def draft_classes() -> frozenset:
     """The EAGLE-3 draft classes the kit's rows model for this SGLang release (SGLang's registry names a
     class by its name); others (NextN heads, EAGLE-1) are not judged."""
-    return frozenset(a for p in rows_of("sglang", release()) for a in p.architectures)
+    return frozenset(a for p in rows_of("sglang", release()) for a in p.config.architectures)
 
 
 def _fused_shards(module):

@@ -47,7 +47,7 @@ def draft_classes() -> frozenset:
     """The EAGLE-3 draft classes the kit's rows model for this vLLM release: the class whose loader each
     row models (the outer of its `module_names`, as vLLM's registry names it; docs/engine-facts.md:
     "vLLM's EAGLE-3 loader"). The proposer also loads others (`mtp` heads, EAGLE-1): not judged."""
-    return frozenset(p.module_names[0] for p in rows_of("vllm", release()) if p.module_names[0])
+    return frozenset(p.keys.module_names[0] for p in rows_of("vllm", release()) if p.keys.module_names[0])
 
 
 def release() -> str:

@@ -7,7 +7,7 @@ and per-position acceptance = accepted at position i / drafts, both counting eve
 accepted, also where a stop (EOS, the token budget) cut the output short (scheduler.py counts before
 its stop check). llama.cpp's counters count the drafts accepted before an accepted EOS, which ends the
 step as the target's own token (unless it is the step's last draft: then it counts as accepted). The reference engine counts as the engine it emulates does
-(`Profile.counts_accepted`).
+(`ServedDraft.counts_accepted`).
 
 `compare` returns one `Agreement` per emulation with the differences; `benchmarks/agreement.py`
 prints them, `tests/test_vllm_agreement.py` holds them within 0.1 (length) and 0.05 (per position).
@@ -87,7 +87,7 @@ def reference_acceptance(target_dir, draft_dir, engine: EngineRelease, prompts: 
     with one_thread():
         results = [loaded.speculate(target, ids, max_new_tokens, num_steps, eos) for ids in prompts]
     steps = sum(r.spec_verify_ct for r in results)
-    per_position = [sum(c) for c in zip(*(r.counted(engine.profile.counts_accepted) for r in results))]
+    per_position = [sum(c) for c in zip(*(r.counted(engine.profile.serving.counts_accepted) for r in results))]
     return Acceptance(f"reference backend emulating {engine.spec}", 1 + sum(per_position) / steps,
                       tuple(c / steps for c in per_position), steps, tuple(tuple(r.output_ids) for r in results))
 

@@ -175,13 +175,13 @@ def write_public(root) -> dict[str, Path]:
 def only_wont_start(folder: Path, engine: EngineRelease) -> bool:
     """The replay claims no more than that the server does not start: the config names a target's class
     (the engine builds that model, which fails wherever its code happens to), or the release reads a config
-    without `model_type` as whatever model type the folder's path names (`Profile.model_type_from_path`)."""
+    without `model_type` as whatever model type the folder's path names (`ConfigReading.model_type_from_path`)."""
     config = json.loads((Path(folder) / "config.json").read_text())
     profile = expect_release(engine).profile_for(config)
     fmt = config_format(config)
     if fmt != FLAT:
-        return fmt not in profile.config_formats and profile.model_type_from_path
-    return profile.builds_a_target_model(config.get("architectures") or [])
+        return fmt not in profile.config.config_formats and profile.config.model_type_from_path
+    return profile.config.builds_a_target_model(config.get("architectures") or [])
 
 
 def not_modelled(played) -> bool:
