@@ -13,7 +13,7 @@ import struct
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from draftdoctor import cli, tables
@@ -158,7 +158,11 @@ def test_formula_check_agrees_with_a_search_per_formula_character(cells):
 
 
 @settings(max_examples=1000, deadline=None, database=None)
-@given(texts=st.one_of(st.lists(CELL, max_size=6), st.lists(st.sampled_from(["a", "b\"", "é"]), min_size=5)))
+@given(texts=st.one_of(st.lists(CELL, max_size=6), st.lists(st.sampled_from(["a", "b\"", "é", '",', ""]), min_size=5)))
+@example(texts=['",', ''])  # an escaped quote, a comma and the next string's quote: not where one string ends
+@example(texts=['é', 'a","b', '\\', '"'])
+@example(texts=['é'] * 5 + ['",'] * 3)
+@example(texts=[])
 def test_json_strings_are_what_orjson_writes_of_each(texts):
     assert inspect_command._json_strings(texts) == [orjson.dumps(t).decode()[1:-1] for t in texts]
 
@@ -235,3 +239,19 @@ def test_heads_of_one_layer_come_in_one_order_in_every_process():
     seen = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)},
                            capture_output=True, text=True, check=True).stdout for seed in range(16)}
     assert seen == {"('midlayer.', 'model.midlayer.', 'layers.2.', 'model.layers.2.')\n"}
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_json_output_keeps_names_that_hold_quotes_and_commas(tmp_path, shards):
+    """`inspect --format json` on tensors named with a quote and a comma (a hostile checkpoint's names): the
+    output parses and names each tensor as its header does (it had cut one name in two at its escaped quote)."""
+    import subprocess
+    import sys
+
+    names = ['a",', "", 'b","c', "\\", 'é"', "plain"] + [f"x{i}" for i in range(30)]
+    tensors = {name: ("F32", (2,)) for name in names}
+    write_shards(tmp_path, tensors, shards)
+    proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "inspect", str(tmp_path), "--format", "json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(t["name"] for t in json.loads(proc.stdout)["tensors"]) == sorted(names)

@@ -111,16 +111,24 @@ def _inspect_json(ckpt, table: dict, layout, found, out) -> None:
 def _json_strings(texts: list[str]) -> list[str]:
     """Each text as orjson writes it inside a JSON string (quotes left off). Printable ASCII but for quotes
     and backslashes is written as it is, so a column of nothing else is its own (one pass over its bytes
-    in C); otherwise the column written as one JSON list, cut where one string ends and the next begins (a
-    quote, a comma, a quote: inside a string a quote is always escaped, so that is never inside one)."""
+    in C). Otherwise, where no text holds a quote, the column is written as one JSON list and cut at each
+    quote-comma-quote (every quote in it then ends or starts a string); a column with a quote in a text
+    (a hostile name: its escaped quote, a comma and the next string's quote would look like a cut) is
+    written a text at a time. Mostly repeated columns (modules, dtypes, files) write each distinct text once."""
     text = "".join(texts)
     if text.isascii() and not text.encode("ascii").translate(None, _JSON_AS_IS):
         return texts
     distinct = dict.fromkeys(texts)
-    if len(distinct) * 4 < len(texts):  # mostly repeats (modules, dtypes, files): each distinct one once
-        escaped = dict(zip(distinct, orjson.dumps(list(distinct)).decode()[2:-2].split('","')))
-        return list(map(escaped.__getitem__, texts))
-    return orjson.dumps(texts).decode()[2:-2].split('","')
+    if len(distinct) * 4 >= len(texts):
+        return _json_strings_of(texts, '"' in text)
+    escaped = dict(zip(distinct, _json_strings_of(list(distinct), '"' in text)))
+    return list(map(escaped.__getitem__, texts))
+
+
+def _json_strings_of(texts: list[str], quoted: bool) -> list[str]:
+    if quoted:
+        return [orjson.dumps(t).decode()[1:-1] for t in texts]
+    return orjson.dumps(texts).decode()[2:-2].split('","') if texts else []
 
 
 def _printable(texts) -> bool:
