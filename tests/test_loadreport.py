@@ -144,7 +144,17 @@ def test_the_replays_report_round_trips_and_is_read_as_a_real_ones(tmp_path, spe
         wire = json.loads(json.dumps(report.to_wire()))
         assert LoadReport.from_wire(wire) == report, name
         assert report.loader == "replay" and all(k.said is not None for k in report.keys), name
-        assert coverage_from(wire, checkpoint, engine).to_dict() == replay(checkpoint, engine).to_dict(), name
+        read = coverage_from(wire, checkpoint, engine)
+        assert read.to_dict() == replay(checkpoint, engine).to_dict(), name
+        # what the replay says, the conversion takes at its word: every key's and parameter's fate, the
+        # findings it states and its error, worded as it words them, before what follows from the coverage
+        assert [(k.key, k.status, k.param, k.shard, k.reason) for k in read.keys] == [
+            (k.key, k.said.fate, k.said.parameter, k.said.shard, k.said.reason) for k in report.keys], name
+        assert [(p.name, p.status, p.shards_missing) for p in read.params] == [
+            (p.name, p.said.fate, p.said.shards_missing) for p in report.parameters], name
+        said = report.findings + ([report.error.said] if report.error else [])
+        assert [(f.code, f.severity, f.message) for f in read.findings[:len(said)]] == [
+            (f.code, f.severity, f.message) for f in said], name
         kinds.add(report.error.said.code if report.error else "loaded")
     assert {"loaded", "shape-mismatch", "loader-crash"} <= kinds, kinds  # the corpus reached every path
 

@@ -6,7 +6,7 @@ Every real-loader child (SGLang's `realload.child`, vLLM's `realload.vllm_child`
 (`to_wire`: plain JSON with `"version": VERSION`); the parent reads it back with `from_wire`, which
 checks the version and every field's type and names the first field that is not what this schema
 says (`LoadReportError`). The replay (draftdoctor.replay) makes one too, `loader` "replay", stating in
-its own words what a real child leaves to be read (`KeySaid`, `Stated`). `realcheck.coverage_from` turns
+its own words what a real child leaves to be read (`KeySaid`, `ParamSaid`, `Stated`). `realcheck.coverage_from` turns
 any of them into a `CoverageReport`: one path from what a loader did to the verdict.
 
 This module imports nothing but the standard library: the children import it under `python -S`
@@ -27,7 +27,8 @@ STAGES = ("config", "build", "load")
 STATUSES = ("written", "partial", "untouched")
 CONSUMED_AS = ("parameter", "attribute", None)
 LOADERS = ("real", "replay")
-# a parameter's and a key's fate, as draftdoctor.statuses' ParamFate and KeyFate spell them (this module imports nothing of the kit)
+# a parameter's and a key's fate, as draftdoctor.statuses' ParamFate and KeyFate spell them (this module
+# imports nothing of the kit; tests/test_loadreport.py holds them equal)
 PARAM_FATES = ("written", "partial", "uninitialized", "from-target", "identity", "shape-mismatch")
 FATES = ("loaded", "derived", "ignored", "dropped", "training-only", "shape-mismatch", "not-reached", "crash")
 
@@ -54,7 +55,8 @@ class LoadError:
     and model construction; load = the class's load_weights, or llama.cpp's converter and loader), its
     type and own message, the checkpoint key being loaded (load stage) or None, where (innermost frame,
     relative to its import root) and the traceback; `said`, the finding as the loader words it (the
-replay: naming the key, both shapes and the engine's message), else None and the reader words it."""
+    replay's: naming the key, both shapes and the engine's message; it raises nothing, so its `type` and
+    `traceback` are empty), else None and the reader words it."""
     stage: str = field(metadata=_choices(*STAGES))
     type: str
     message: str
@@ -157,25 +159,25 @@ class LogRecord:
 
 @dataclass
 class LoadReport:
-    """What one engine release's own loader did with one draft checkpoint: the one schema of every
-    real loader's report (SGLang, vLLM, llama.cpp), and the replay's.
+    """What one loader did with one draft checkpoint: the one schema of every real loader's report
+    (SGLang, vLLM, llama.cpp), and the replay's.
 
-    Header: `loader` "real" (the engine's own code ran) or "replay" (its profile's rules were played
-    over the checkpoint's keys: draftdoctor.replay); `engine_name` ("sglang" | "vllm" | "llamacpp") and `release`; `versions`, the
-    packages as installed in the child; `checkpoint`, the folder's absolute path; `device`, "cpu" (real
-    tensors) or "meta" (shapes only: chosen above 1 GiB, or for a draft whose config claims more than
-    the machine can spare), or "server" (a load the guard recorded inside a serving engine's own
-    process, on the device it serves from: no versions, `checkpoint` the name the engine was given), or
-    "none" (the replay: nothing built, no versions).
+    Header: `loader` "real" (the engine release's own code ran) or "replay" (its profile's rules were played
+    over the checkpoint's keys: draftdoctor.replay); `engine_name` ("sglang" | "vllm" | "llamacpp") and
+    `release`; `versions`, the packages as installed in the child; `checkpoint`, the folder's absolute path;
+    `device`, "cpu" (real tensors) or "meta" (shapes only: chosen above 1 GiB, or for a draft whose config
+    claims more than the machine can spare), or "server" (a load the guard recorded inside a serving
+    engine's own process, on the device it serves from: no versions, `checkpoint` the name the engine was
+    given), or "none" (the replay: nothing built, no versions).
 
-    What happened: `config` (None when the engine could not read it); `model_class` once the registry
-    built one, else None; `error`, None or what the engine raised (`LoadError`); `postprocess`, "done"
-    after the post-load processing, "skipped on meta: ..." (it needs real tensors), None when loading
-    never finished; `parameters`, one per model parameter (empty when nothing was built); `keys`, one
-    per key the weights iterator yielded, in order; `all_keys_seen`, the iterator was exhausted (false
-    after an error mid-load); `attributes` by name; `logs`, the warnings and errors logged while
-    reading, building and loading; `timings`, seconds per stage that ran ("setup", importing the engine
-    and its process group, is per child process and shared by a batch).
+    What happened: `config` (None when the engine could not read it, and from the replay); `model_class`
+    once the registry built one, else None; `error`, None or what the engine raised (`LoadError`);
+    `postprocess`, "done" after the post-load processing, "skipped on meta: ..." (it needs real tensors),
+    None when loading never finished; `parameters`, one per model parameter (empty when nothing was built);
+    `keys`, one per key the weights iterator yielded, in order; `all_keys_seen`, the iterator was exhausted
+    (false after an error mid-load); `attributes` by name; `logs`, the warnings and errors logged while
+    reading, building and loading; `timings`, seconds per stage that ran ("setup", importing the engine and
+    its process group, is per child process and shared by a batch).
 
     What one engine says and another does not: `from_target`, the parameters the engine's proposer
     takes from the target (vLLM, llama.cpp; None: the engine does not say, and the profile decides);
@@ -187,7 +189,7 @@ class LoadReport:
 
     What a loader states in its own words, which a reader otherwise works out: `findings`, beside the
     error, in the order it met them (the replay's: a config it read past, converted as `fix` writes it,
-    and a tensor the engine pads or cuts to fit); a key's `said` and the error's `said` (see there). A real
+    and a tensor the engine pads or cuts to fit); a key's, a parameter's and the error's `said` (see there). A real
     child states none of these."""
     engine_name: str
     release: str

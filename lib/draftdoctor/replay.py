@@ -53,16 +53,16 @@ def replay(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None
     """The coverage report of loading `checkpoint` with `engine`'s profile: its load report read as a
     real loader's is; `dims`: the checkpoint's (`draft_dims`) when the caller has read them already."""
     expect_release(engine)
-    dims = draft_dims(checkpoint) if dims is None else dims
-    return coverage_from(replay_report(checkpoint, engine, dims), checkpoint, engine,
-                         (dims, engine.profile_for(checkpoint.config)))
+    shape = (draft_dims(checkpoint) if dims is None else dims, engine.profile_for(checkpoint.config))
+    return coverage_from(replay_report(checkpoint, engine, shape), checkpoint, engine, shape)
 
 
-def replay_report(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None = None) -> LoadReport:
-    """The load report of `engine`'s profile played over `checkpoint`'s keys (`loader` "replay")."""
+def replay_report(checkpoint: Checkpoint, engine: EngineRelease, shape: tuple | None = None) -> LoadReport:
+    """The load report of `engine`'s profile played over `checkpoint`'s keys (`loader` "replay");
+    `shape`: the checkpoint's (dims, draft-class row) when the caller has them already."""
     expect_release(engine)
-    profile, release = engine.profile_for(checkpoint.config), engine.release
-    dims = draft_dims(checkpoint) if dims is None else dims
+    dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
+    release = engine.release
     dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
     params = {
