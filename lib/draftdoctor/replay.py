@@ -132,7 +132,7 @@ def _load_report(engine: EngineRelease, checkpoint: Checkpoint, params: list[Par
                  findings: list[F.Finding], stop: tuple | None, specs: dict) -> LoadReport:
     """What the replay found, as a load report: the finding that stopped the load at `stop` (always the
     last one found) as its error, the others as its stated findings; each key's and parameter's fate as
-    said."""
+    said. A load refused after its last key (`Profile.unwritten_fails`) saw every key."""
     error = None
     if stop:
         said = findings.pop()
@@ -156,7 +156,7 @@ def _load_report(engine: EngineRelease, checkpoint: Checkpoint, params: list[Par
                         consumed_as="parameter" if k.status == LOADED else "attribute" if k.status == DERIVED else None,
                         parameters=[k.param] if k.status == LOADED else [], attributes=[],
                         said=KeySaid(str(k.status), k.param, k.shard, k.reason)) for k in keys],
-        all_keys_seen=not stop, findings=[Stated(f.code, f.severity, f.message) for f in findings])
+        all_keys_seen=stop in (None, ("load", None)), findings=[Stated(f.code, f.severity, f.message) for f in findings])
 
 
 def _nothing_loaded(params, keys: list[KeyStatus]) -> None:
