@@ -425,7 +425,7 @@ def test_judged_from_the_keys_alone_the_verdict_is_the_real_checks(tmp_path):
     from draftdoctor.engines import resolve_engine
     from draftdoctor.fix import apply_fix, plan_fix
     from draftdoctor.guard import judge, recorded_checkpoint
-    from draftdoctor.realcheck import from_real
+    from draftdoctor.realcheck import coverage_from
     from draftdoctor.realload import run_real_loaders
     from draftdoctor.serving.vllm import as_loaded_by
 
@@ -436,8 +436,8 @@ def test_judged_from_the_keys_alone_the_verdict_is_the_real_checks(tmp_path):
     raws = run_real_loaders([good, no_layer], "0.32.0", engine_name="vllm")
     for folder, raw in zip((good, no_layer), raws):
         config = read_config(folder)
-        on_disk = from_real(raw, open_checkpoint(folder), engine)
-        from_keys = from_real(raw, recorded_checkpoint(raw["keys"], config), engine)
+        on_disk = coverage_from(raw, open_checkpoint(folder), engine)
+        from_keys = coverage_from(raw, recorded_checkpoint(raw["keys"], config), engine)
         assert [(p.name, p.status, p.shape, p.nbytes) for p in from_keys.params] == \
             [(p.name, p.status, p.shape, p.nbytes) for p in on_disk.params]
         assert [(k.key, k.status, k.reason) for k in from_keys.keys] == \
@@ -450,7 +450,7 @@ def test_judged_from_the_keys_alone_the_verdict_is_the_real_checks(tmp_path):
         assert unseen.notes == [f"the folder its loader opened was not seen: judged from the {len(raw['keys'])} keys "
                                 "the loader read"]
     assert not judge(raws[0], "org/draft", engine.spec).refused  # not even a config: still the check's rules
-    assert next(k for k in from_real(raws[0], recorded_checkpoint(raws[0]["keys"], None), engine).keys
+    assert next(k for k in coverage_from(raws[0], recorded_checkpoint(raws[0]["keys"], None), engine).keys
                 if k.key == "t2d").status == IGNORED
     assert judge(raws[1], "org/draft", engine.spec, config=read_config(no_layer)).refused
 

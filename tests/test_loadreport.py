@@ -1,6 +1,8 @@
-"""The load report every real loader sends (draftdoctor.loadreport): its wire form round-trips, and a wire
-form of another version or shape is refused at the parent's boundary with the field named; a warm worker
-of another report form is another worker."""
+"""The load report every real loader sends and the replay makes (draftdoctor.loadreport): its wire form
+round-trips, and a wire form of another version or shape is refused at the parent's boundary with the field
+named; a warm worker of another report form is another worker; the replay's report is read into its
+verdict by the real loaders' one conversion (`realcheck.coverage_from`), and says what a real one says
+where the two agree."""
 
 import json
 
@@ -40,7 +42,7 @@ def a_report() -> LoadReport:
 def test_a_report_round_trips_through_its_wire_form():
     report = a_report()
     wire = report.to_wire()
-    assert wire["version"] == VERSION == 1
+    assert wire["version"] == VERSION == 2
     assert LoadReport.from_wire(json.loads(json.dumps(wire))) == report
     assert report.error.key == "midlayer.mlp.up_proj.weight" and report.parameters[1].writes[1].ok is False
     assert report.timings["load"] == 1.0 and isinstance(report.timings["load"], float)
@@ -51,7 +53,8 @@ def test_a_report_round_trips_through_its_wire_form():
 
 
 @pytest.mark.parametrize("change, named", [
-    (lambda w: w.update(version=2), "'version': 2"),
+    (lambda w: w.update(version=1), "'version': 1"),  # the form before the replay's fields
+    (lambda w: w.update(version=3), "'version': 3"),
     (lambda w: w.pop("version"), "'version': none"),
     (lambda w: w.update(all_keys_seen=1), "'all_keys_seen': expected bool, got int"),
     (lambda w: w["parameters"][1]["writes"][0].update(ok="yes"), "'parameters[1].writes[0].ok': expected bool"),
@@ -109,3 +112,87 @@ def test_the_module_needs_only_the_standard_library():
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.level == 0}
     assert imported and imported <= set(sys.stdlib_module_names)
+
+
+def test_its_fates_are_the_kits():
+    """The fates a loader may state (`KeySaid`, `ParamSaid`) are draftdoctor.statuses' own, spelled here
+    because this module imports nothing of the kit."""
+    from draftdoctor.statuses import KeyFate, ParamFate
+
+    assert loadreport.FATES == tuple(KeyFate) and loadreport.PARAM_FATES == tuple(ParamFate)
+
+
+REPLAYED = ("sglang==0.4.4.post2", "sglang==0.5.10", "vllm==0.21.0", "vllm==0.32.0", "llamacpp==0.3.36")
+
+
+@pytest.mark.parametrize("spec", REPLAYED)
+def test_the_replays_report_round_trips_and_is_read_as_a_real_ones(tmp_path, spec):
+    """On every case of the differential corpus (clean, dropped keys, shape mismatches, crashes, unreadable
+    configs): the replay's load report survives its wire form unchanged, and `replay` is that report read by
+    the one conversion every real loader's report goes through."""
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.engines import resolve_engine
+    from draftdoctor.proofs import differential
+    from draftdoctor.realcheck import coverage_from
+    from draftdoctor.replay import replay, replay_report
+
+    engine = resolve_engine(spec)
+    kinds = set()
+    for name, folder in differential.write_cases(tmp_path, engine.name).items():
+        checkpoint = open_checkpoint(folder)
+        report = replay_report(checkpoint, engine)
+        wire = json.loads(json.dumps(report.to_wire()))
+        assert LoadReport.from_wire(wire) == report, name
+        assert report.loader == "replay" and all(k.said is not None for k in report.keys), name
+        read = coverage_from(wire, checkpoint, engine)
+        assert read.to_dict() == replay(checkpoint, engine).to_dict(), name
+        # what the replay says, the conversion takes at its word: every key's and parameter's fate, the
+        # findings it states and its error, worded as it words them, before what follows from the coverage
+        assert [(k.key, k.status, k.param, k.shard, k.reason) for k in read.keys] == [
+            (k.key, k.said.fate, k.said.parameter, k.said.shard, k.said.reason) for k in report.keys], name
+        assert [(p.name, p.status, p.shards_missing) for p in read.params] == [
+            (p.name, p.said.fate, p.said.shards_missing) for p in report.parameters], name
+        said = report.findings + ([report.error.said] if report.error else [])
+        assert [(f.code, f.severity, f.message) for f in read.findings[:len(said)]] == [
+            (f.code, f.severity, f.message) for f in said], name
+        kinds.add(report.error.said.code if report.error else "loaded")
+    assert {"loaded", "shape-mismatch", "loader-crash"} <= kinds, kinds  # the corpus reached every path
+
+
+CASES = ("llama/midlayer-layout", "llama/extra-fc-bias", "llama/wrong-fc-shape", "llama/missing-lm-head", "llama/narrow-down-proj",
+         "llama/two-decoder-layers")
+
+
+def test_a_replay_report_and_a_real_one_say_the_same_where_they_agree(tmp_path):
+    """The same drafts, loaded by SGLang 0.5.10's own code and replayed: two load reports of one schema, one
+    conversion, and the same coverage: every parameter's status and the keys that wrote it, every key's fate
+    and parameter, the finding codes and the counts. Only the loader and the wording of what it says differ."""
+    from conftest import require_release
+
+    from draftdoctor.checkpoint import open_checkpoint
+    from draftdoctor.engines import resolve_engine
+    from draftdoctor.proofs import differential
+    from draftdoctor.realcheck import coverage_from
+    from draftdoctor.realload import load_reports
+    from draftdoctor.replay import replay_report
+
+    require_release("0.5.10", "sglang")
+    engine = resolve_engine("sglang==0.5.10")
+    cases = differential.write_cases(tmp_path, "sglang", classes=False)
+    folders = [cases[name] for name in CASES]
+    reals = load_reports(folders, "0.5.10", engine_name="sglang")
+    for name, folder, real in zip(CASES, folders, reals):
+        checkpoint = open_checkpoint(folder)
+        played = replay_report(checkpoint, engine)
+        assert (played.loader, real.loader) == ("replay", "real")
+        assert [k.key for k in played.keys] == [k.key for k in real.keys] or not real.all_keys_seen, name
+        got = [coverage_from(r, checkpoint, engine).to_dict() for r in (played, real)]
+        for said in got:
+            said.pop("loader"), said.pop("verdict")
+            said["findings"] = sorted((f["code"], f["severity"]) for f in said["findings"])
+            # a real loader's error names the key it was loading, not always the parameter it was aimed at
+            said["coverage"]["keys"] = sorted((k["key"], k["status"], None if k["status"] == "shape-mismatch" else k["param"])
+                                              for k in said["coverage"]["keys"])
+            for p in said["coverage"]["params"]:
+                p["shards_missing"] = sorted(p["shards_missing"])  # the replay names them in the parameter's order
+        assert got[0] == got[1], name

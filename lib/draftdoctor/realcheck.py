@@ -2,8 +2,9 @@
 
 `draftdoctor.realload` runs the release's config reader, model class and `load_weights` in a child
 process (SGLang, vLLM or llama.cpp) and reports every weight write and every key (a `LoadReport`,
-draftdoctor.loadreport); this module turns that report into the same `CoverageReport` the replay produces, so the two can be compared field by field (the
-differential test) and a user reads one format.
+draftdoctor.loadreport). `coverage_from` turns a load report into a `CoverageReport`, whichever loader
+made it: the replay (draftdoctor.replay) makes one too, so there is one path from what a loader did to
+the verdict, the two can be compared field by field (the differential test) and a user reads one format.
 
 When the engine cannot read the config's format (SGLang and speculators' nested format), it builds
 nothing, so nothing can be said about the weights. The check then loads the same tensors once more
@@ -32,6 +33,7 @@ from .errors import UserError
 from .loadreport import LoadError, LoadReport
 from .realload.registry import REAL_LOADERS
 from .resources import BUDGET_VARIABLE, build_bytes, dtype_bytes, human, memory_budget
+from .statuses import KeyFate, ParamFate
 
 STATUS = {"written": WRITTEN, "partial": PARTIAL, "untouched": UNINITIALIZED}
 # the registry has no class for the config's architectures: the config names the wrong class
@@ -102,12 +104,12 @@ def real_checks(checkpoints, engine: EngineRelease, timeout: float | None = None
     for i, (checkpoint, raw) in enumerate(zip(checkpoints, raws)):
         said = _error_finding(raw.error, checkpoint, engine) if raw.error else None
         if i in extra and said and said.code == "config-unreadable":  # refused at its config or class lookup
-            report = from_real(extra[i], checkpoint, engine, shapes[i])
+            report = coverage_from(extra[i], checkpoint, engine, shapes[i])
             report.findings.insert(0, F.Finding(said.code, said.severity, said.message + (
                 f"; {_display(engine)} built nothing from this config, so the weight coverage shown is with "
                 "the config converted the way `draftdoctor fix` writes it")))
         else:
-            report = from_real(raw, checkpoint, engine, shapes[i])
+            report = coverage_from(raw, checkpoint, engine, shapes[i])
         if checkpoint.folder in over:
             report.findings.append(F.finding("not-checked", (
                 f"{_display(engine)} built this draft on the meta device: its config's sizes ask for about "
@@ -156,12 +158,16 @@ def _display(engine) -> str:
 
 
 def is_shape_error(error: LoadError) -> bool:
-    """A load that failed on a tensor's shape: a shape message, or a bare assertion of a weight loader
-    (vLLM's merged-column loader asserts shapes without a message)."""
+    """A load that failed on a tensor's shape: as the loader says it (`said`), else a shape message, or a
+    bare assertion of a weight loader (vLLM's merged-column loader asserts shapes without a message)."""
+    if error.said is not None:
+        return error.said.code == "shape-mismatch"
     return error.stage == "load" and (any(s in error.message for s in SHAPE_ERRORS) or error.type == "AssertionError")
 
 
 def _error_finding(error: LoadError, checkpoint, engine) -> F.Finding:
+    if error.said is not None:  # worded by the loader itself
+        return F.Finding(error.said.code, error.said.severity, error.said.message)
     name = _display(engine)
     message = f"{error.type}: {error.message}"
     where = f" (loading {error.key})" if error.key else ""
@@ -173,10 +179,11 @@ def _error_finding(error: LoadError, checkpoint, engine) -> F.Finding:
                                      f" the draft{where}: {message}")
 
 
-def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: tuple | None = None) -> CoverageReport:
+def coverage_from(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: tuple | None = None) -> CoverageReport:
     """Map a load report (a `LoadReport`, or its wire form, read with `LoadReport.from_wire`) onto a
-    CoverageReport (loader "real"); `shape`: the checkpoint's (dims, draft-class row) when the caller has
-    them already."""
+    CoverageReport, whichever loader made it (its `loader`: the replay's or a real child's): what the
+    loader states in its own words is taken as said, the rest is read from its records. `shape`: the
+    checkpoint's (dims, draft-class row) when the caller has them already."""
     raw = raw if isinstance(raw, LoadReport) else LoadReport.from_wire(raw)
     dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
     specs = {p.name: p for p in parameters(profile, dims)}
@@ -206,6 +213,8 @@ def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: 
                 status.status = STATUS[p.status]
             elif status.replaced_by_target and status.status in (UNINITIALIZED, PARTIAL):
                 status.status = FROM_TARGET
+        if p.said is not None:  # the loader's own account (the replay's)
+            status.status, status.shards_missing = ParamFate(p.said.fate), list(p.said.shards_missing)
         params.append(status)
     if not raw.parameters_complete:  # llama.cpp's converter stopped before it wrote a model
         listed = {p.name for p in params}
@@ -219,6 +228,10 @@ def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: 
     for k in raw.keys:
         t = checkpoint.tensors.get(k.key)
         ks = KeyStatus(k.key, DROPPED, shape=tuple(k.shape), nbytes=t.nbytes if t else 0)
+        if k.said is not None:  # the loader's own account (the replay's), its resizes among its findings
+            ks.status, ks.param, ks.shard, ks.reason = KeyFate(k.said.fate), k.said.parameter, k.said.shard, k.said.reason
+            keys.append(ks)
+            continue
         if k.consumed_as == "parameter":
             ks.status, (ks.param, ks.shard) = LOADED, written_by.get(k.key, (k.parameters[0], None))
             if any(part in k.key for pair in profile.keys.paired_keys for part in pair[:2]):
@@ -247,7 +260,8 @@ def from_real(raw: LoadReport | dict, checkpoint, engine: EngineRelease, shape: 
                                   nbytes=t.nbytes))
     if error:
         findings.insert(0, _error_finding(error, checkpoint, engine))
-    report = CoverageReport(engine=engine, loader="real", path=str(checkpoint.path),
+    findings[:0] = [F.Finding(f.code, f.severity, f.message) for f in raw.findings]
+    report = CoverageReport(engine=engine, loader=raw.loader, path=str(checkpoint.path),
                             layout=detect_layout(checkpoint.tensors, checkpoint.config),
                             config_format=config_format(checkpoint.config), params=params, keys=keys,
                             findings=findings, loader_detail=overlay_detail(raw), profile=profile)

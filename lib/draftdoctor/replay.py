@@ -1,12 +1,16 @@
-"""The replay: an engine profile's `load_weights` played over a checkpoint's keys, which makes a
-`CoverageReport` (draftdoctor.coverage) without running the engine.
+"""The replay: an engine profile's `load_weights` played over a checkpoint's keys, which makes a load
+report (`replay_report`: a `LoadReport`, `loader` "replay", draftdoctor.loadreport) without running the
+engine; `replay` reads it as every loader's report is read (`realcheck.coverage_from`) into a
+`CoverageReport` (draftdoctor.coverage).
 
 For every checkpoint key: the parameter (and shard of a fused parameter) it would write, or why it
 would not (derived into an attribute, ignored by design, dropped, crash). For every parameter the
 engine creates: written, partly written, never written (left at its initial values), taken from the
 target at serve time, or shape mismatch. Keys are replayed in the order SGLang's safetensors
 iterator yields them (files in order, names sorted), and the replay stops where the engine would
-raise, as the real load would. The real loader (draftdoctor.realcheck) makes the same report from
+raise, as the real load would. What the replay knows that a real child leaves to be read, it states
+in the report's own fields: each key's fate and why (`KeySaid`), each parameter's (`ParamSaid`), its
+findings in its own words (`Stated`). The real loader (draftdoctor.realcheck) makes the same report from
 the engine's own run; `diagnose` chooses between them.
 """
 
@@ -18,13 +22,14 @@ from .configs import FLAT, SPECULATORS, DraftDims, config_format
 from .configrules import config_problem, unmodelled_class
 from .engines import EngineRelease, ParamSpec, Profile, expect_release, parameters
 from .engines.keys import PAIRED, pair_of, renamed, resolve_key
-from .layouts import detect_layout
-from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DROPPED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
-                       UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, coverage_findings,
-                       dominant_dtype_bytes, draft_dims, resized_finding, settle_unwritten)
+from .coverage import (PAIR_REASON, PARAM_MISMATCH, CRASHED, DERIVED, DROPPED, LOADED, MISMATCH, NOT_REACHED, PARTIAL,
+                       UNINITIALIZED, WRITTEN, CoverageReport, KeyStatus, ParamStatus, dominant_dtype_bytes,
+                       draft_dims, resized_finding, settle_unwritten)
+from .loadreport import KeySaid, KeyRecord, LoadError, LoadReport, ParamRecord, ParamSaid, Stated, Write
+from .realcheck import coverage_from
 
 
-__all__ = ["PAIRED", "config_problem", "pair_of", "renamed", "replay", "resolve_key", "unmodelled_class"]
+__all__ = ["PAIRED", "config_problem", "pair_of", "renamed", "replay", "replay_report", "resolve_key", "unmodelled_class"]
 
 
 def _nbytes(shape, dtype_bytes: int) -> int:
@@ -45,11 +50,19 @@ def _iteration_order(checkpoint: Checkpoint, key_order: str = "sorted"):
 
 
 def replay(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None = None) -> CoverageReport:
-    """The coverage report of loading `checkpoint` with `engine`'s profile; `dims`: the checkpoint's
-    (`draft_dims`) when the caller has read them already."""
+    """The coverage report of loading `checkpoint` with `engine`'s profile: its load report read as a
+    real loader's is; `dims`: the checkpoint's (`draft_dims`) when the caller has read them already."""
     expect_release(engine)
-    profile, release = engine.profile_for(checkpoint.config), engine.release
-    dims = draft_dims(checkpoint) if dims is None else dims
+    shape = (draft_dims(checkpoint) if dims is None else dims, engine.profile_for(checkpoint.config))
+    return coverage_from(replay_report(checkpoint, engine, shape), checkpoint, engine, shape)
+
+
+def replay_report(checkpoint: Checkpoint, engine: EngineRelease, shape: tuple | None = None) -> LoadReport:
+    """The load report of `engine`'s profile played over `checkpoint`'s keys (`loader` "replay");
+    `shape`: the checkpoint's (dims, draft-class row) when the caller has them already."""
+    expect_release(engine)
+    dims, profile = shape or (draft_dims(checkpoint), engine.profile_for(checkpoint.config))
+    release = engine.release
     dtype_bytes = dominant_dtype_bytes(checkpoint)
     specs: dict[str, ParamSpec] = {p.name: p for p in parameters(profile, dims)}
     params = {
@@ -64,15 +77,18 @@ def replay(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None
         findings.append(blocking)
     fmt = config_format(checkpoint.config)
     # a config the engine cannot parse at all still has weights worth checking: they are replayed under
-    # the config `fix` writes (its dims); any other refusal builds nothing
-    crashed = blocking is not None and not (blocking.code == "config-unreadable" and fmt in (FLAT, SPECULATORS)
-                                            and fmt not in profile.config_formats)
-    if crashed:
+    # the config `fix` writes (its dims); any other refusal builds nothing. `stop`: where the load stops,
+    # (stage, key), as a real loader's error says it (draftdoctor.loadreport.LoadError)
+    stop = None
+    if blocking is not None and not (blocking.code == "config-unreadable" and fmt in (FLAT, SPECULATORS)
+                                     and fmt not in profile.config_formats):
+        stop = ("config" if blocking.code == "config-unreadable" else "build", None)
+    if stop:
         params = {}  # the engine fails while building the draft (or builds a class not modelled here)
     held: dict[str, KeyStatus] = {}  # keys of a cached pair waiting for their partner, by looked-up name
     for key in _iteration_order(checkpoint, profile.key_order):
         t = checkpoint.tensors[key]
-        if crashed:
+        if stop:
             keys.append(KeyStatus(key, NOT_REACHED, reason="the load failed before this key", shape=t.shape, nbytes=t.nbytes))
             continue
         status, target, shard, reason = resolve_key(profile, key, specs)
@@ -92,38 +108,63 @@ def replay(checkpoint: Checkpoint, engine: EngineRelease, dims: DraftDims | None
                     + (f" shard {shard}" if shard is not None else "") + f" {list(expected)}: "
                     f"\"Attempted to load weight ({list(t.shape)}) into parameter ({list(expected)})\"",
                 ))
-                crashed = True
+                stop = ("load", key)
             else:
                 _mark_written(params[target], key, shard)
         elif status == CRASHED:
             findings.append(F.finding("loader-crash", f"{key}: {reason}"))
-            crashed = True
-        elif status == PAIRED:
-            crashed = _settle_pair(profile, ks, target, held, specs, params, findings)
+            stop = ("load", key)
+        elif status == PAIRED and _settle_pair(profile, ks, target, held, specs, params, findings):
+            stop = ("load", key)
         keys.append(ks)
-    report = CoverageReport(
-        engine=engine, loader="replay", path=str(checkpoint.path),
-        layout=detect_layout(checkpoint.tensors, checkpoint.config), config_format=config_format(checkpoint.config),
-        params=list(params.values()), keys=keys, findings=findings, profile=profile,
-    )
-    for p in report.params:
+    for p in params.values():
         settle_unwritten(p, profile, dims, specs[p.name], checkpoint.tensors)
-    missing = [p for p in report.params if p.status == UNINITIALIZED]
-    if profile.unwritten_fails and missing and not crashed:  # llama.cpp's load refuses a missing tensor
-        report.findings.append(F.finding("loader-crash", profile.unwritten_fails.format(name=missing[0].name)))
-        crashed = True
-    if crashed and profile.loads_all_or_nothing:
-        _nothing_loaded(report)
-    report.findings += coverage_findings(report)
-    return report
+    missing = [p for p in params.values() if p.status == UNINITIALIZED]
+    if profile.unwritten_fails and missing and not stop:  # llama.cpp's load refuses a missing tensor
+        findings.append(F.finding("loader-crash", profile.unwritten_fails.format(name=missing[0].name)))
+        stop = ("load", None)
+    if stop and profile.loads_all_or_nothing:
+        _nothing_loaded(params.values(), keys)
+    return _load_report(engine, checkpoint, list(params.values()), keys, findings, stop, specs)
 
 
-def _nothing_loaded(report: CoverageReport) -> None:
+def _load_report(engine: EngineRelease, checkpoint: Checkpoint, params: list[ParamStatus], keys: list[KeyStatus],
+                 findings: list[F.Finding], stop: tuple | None, specs: dict) -> LoadReport:
+    """What the replay found, as a load report: the finding that stopped the load at `stop` (always the
+    last one found) as its error, the others as its stated findings; each key's and parameter's fate as
+    said. A load refused after its last key (`Profile.unwritten_fails`) saw every key."""
+    error = None
+    if stop:
+        said = findings.pop()
+        error = LoadError(stage=stop[0], type="", message=said.message, key=stop[1], origin=None, traceback="",
+                          said=Stated(said.code, said.severity, said.message))
+    shard_of = {k.key: k.shard for k in keys}
+    failed = {k.param: Write(k.key, k.shard, False) for k in keys if k.status == MISMATCH and k.param}
+    records = [ParamRecord(
+        name=p.name, shape=list(p.shape), dtype=None, numel=_nbytes(p.shape, 1),
+        status={WRITTEN: "written", PARTIAL: "partial"}.get(p.status, "untouched"), elements_written=None,
+        writes=[Write(k, shard_of.get(k), True) for k in p.keys] + [w for name, w in failed.items() if name == p.name],
+        shards_expected=[str(s) for s in specs[p.name].shards] or None,
+        shards_written=list(p.shards_written) if specs[p.name].shards else None,
+        unattributed_write=False, sha256=None, said=ParamSaid(str(p.status), list(p.shards_missing)))
+        for p in params]
+    return LoadReport(
+        engine_name=engine.name, release=engine.release, versions={}, checkpoint=str(checkpoint.path), device="none",
+        loader="replay", error=error, parameters=records,
+        keys=[KeyRecord(key=k.key, shape=list(k.shape), dtype=checkpoint.tensors[k.key].dtype,
+                        consumed=k.status in (LOADED, DERIVED),
+                        consumed_as="parameter" if k.status == LOADED else "attribute" if k.status == DERIVED else None,
+                        parameters=[k.param] if k.status == LOADED else [], attributes=[],
+                        said=KeySaid(str(k.status), k.param, k.shard, k.reason)) for k in keys],
+        all_keys_seen=stop in (None, ("load", None)), findings=[Stated(f.code, f.severity, f.message) for f in findings])
+
+
+def _nothing_loaded(params, keys: list[KeyStatus]) -> None:
     """A failed all-or-nothing load (`Profile.loads_all_or_nothing`): no parameter was written."""
-    for p in report.params:
+    for p in params:
         if p.status in (WRITTEN, PARTIAL):
             p.status, p.keys, p.shards_written = UNINITIALIZED, [], []
-    for k in report.keys:
+    for k in keys:
         if k.status == LOADED:
             k.status, k.param, k.shard, k.reason = NOT_REACHED, None, None, "the load failed, and it loads all or nothing"
 

@@ -9,7 +9,7 @@ command starts (`draftdoctor.guard.sglang`). Both hand the recorder's report (dr
 the one the real check runs) to `judge`, which gives the real check's findings: the same words `check`
 prints before serving. It judges the draft the engine loaded, read from the folder whose files its
 loader opened (a hub id's snapshot, say), or, when that folder is not seen, from the keys the loader
-read: always through `realcheck.from_real`, never a rule of its own. It judges only the EAGLE-3 draft
+read: always through `realcheck.coverage_from`, never a rule of its own. It judges only the EAGLE-3 draft
 classes the kit's rows model, and says so in one line for any other draft class (an MTP head).
 
 Each guarded process also says what it did in a private folder the caller names
@@ -118,12 +118,12 @@ def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, open
     parameters the engine was seen to take from the target), or a load report's wire form (`load_report`); `draft` the name the engine was given
     (a folder, or a hub id); `opened` the folders whose weight files its loader opened; `config` the
     engine's own config of the draft, used only when no opened folder can be read. The findings are
-    `realcheck.from_real`'s, on the folder the loader opened, else on the keys it read (names, shapes,
+    `realcheck.coverage_from`'s, on the folder the loader opened, else on the keys it read (names, shapes,
     dtypes): the real check's rules either way."""
     from ..coverage import DROPPED
     from ..engines import resolve_engine
     from ..errors import UserError
-    from ..realcheck import from_real
+    from ..realcheck import coverage_from
 
     notes = []
     try:  # the running engine's own words for its release: the guard's edge
@@ -133,7 +133,7 @@ def judge(raw: dict, draft: str, engine_spec: str, rank: str | None = None, open
         notes.append(f"{engine_spec} is not a release the kit knows; read with the rows of {engine.spec}")
     checkpoint, note = loaded_checkpoint(raw, opened, config)
     notes += [note] if note else []
-    report = from_real(load_report(raw, engine, draft), checkpoint, engine)
+    report = coverage_from(load_report(raw, engine, draft), checkpoint, engine)
     refused = bool(report.uninitialized or report.dropped)
     findings = [f.line(printable) for f in report.findings
                 if f.severity == "error" and f.code in ("uninitialized-params", "dropped-keys")]

@@ -73,7 +73,7 @@ def run(engine_name: str, release: str, cases: dict[str, Path], folder: Path | N
     """Both loaders of `release` over `cases`: one row per case, {case, native, overlay, differs, verdicts}."""
     from ..checkpoint import open_checkpoint
     from ..engines import EngineRelease
-    from ..realcheck import claimed_bytes, from_real
+    from ..realcheck import claimed_bytes, coverage_from
     from ..realload import run_real_loaders
     from ..realload.registry import REAL_LOADERS, release_env, releases_dir
     from ..resources import memory_budget
@@ -96,7 +96,7 @@ def run(engine_name: str, release: str, cases: dict[str, Path], folder: Path | N
     rows = []
     for (name, path), native, overlay in zip(cases.items(), natives, overlays):
         checkpoint = open_checkpoint(path)
-        judged = [from_real(r, checkpoint, engine) for r in (native, overlay)]
+        judged = [coverage_from(r, checkpoint, engine) for r in (native, overlay)]
         verdicts = [(r.verdict, sorted((f.code, f.severity, f.message) for f in r.findings)) for r in judged]
         rows.append({"case": name, "native": letters(judged[0]), "overlay": letters(judged[1]),
                      "differs": differences(native, overlay) + (["verdict"] if verdicts[0] != verdicts[1] else []),

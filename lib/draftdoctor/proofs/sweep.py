@@ -67,7 +67,7 @@ def sweep_release(engine_name: str, release: str, cases: dict) -> ReleaseRow:
     from ..checkpoint import open_checkpoint
     from ..replay import replay
     from ..engines import EngineRelease, EngineSpecError
-    from ..realcheck import RealCheckError, from_real, real_checks
+    from ..realcheck import RealCheckError, coverage_from, real_checks
     from ..realload import run_real_loaders
     from ..realload.pool import stop_worker
     from ..realload.registry import RealLoaderError
@@ -84,7 +84,7 @@ def sweep_release(engine_name: str, release: str, cases: dict) -> ReleaseRow:
             reals = real_checks(list(cases.values()), engine, timeout=1800)
         else:  # older than any profile row: the release's own reports, read with the oldest row's names
             raws = run_real_loaders(list(cases.values()), release, timeout=1800, engine_name=engine_name)
-            reals = [from_real(raw, open_checkpoint(f), _oldest(engine_name)) for raw, f in zip(raws, cases.values())]
+            reals = [coverage_from(raw, open_checkpoint(f), _oldest(engine_name)) for raw, f in zip(raws, cases.values())]
     except (RealLoaderError, RealCheckError, EngineSpecError, OSError) as e:
         row.error = str(e).splitlines()[0][:200]
         reals = []
