@@ -4,7 +4,7 @@ For each draft below, the reference engine emulating the installed vLLM release 
 serve the same target with the same prompts (sent as token ids), 4 draft tokens, greedy, 48 new
 tokens; acceptance is vLLM's own definition (its /metrics counters). The reference emulating SGLang
 0.5.23 on the same tensors is printed beside them: it differs from vLLM by one rope position in the
-draft's chain steps (Profile.chain_position_offset). Usage: .venv/bin/python benchmarks/agreement.py [N_PROMPTS]
+draft's chain steps (ServedDraft.chain_position_offset). Usage: .venv/bin/python benchmarks/agreement.py [N_PROMPTS]
 """
 
 import json

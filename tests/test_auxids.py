@@ -19,9 +19,9 @@ def test_places_and_conventions():
 
 
 def test_each_engine_captures_by_its_profile():
-    sglang = resolve_engine("sglang==0.5.10").profile
-    vllm = resolve_engine("vllm==0.32.0").profile
-    vllm_v1 = resolve_engine("vllm==0.22.0").profile
+    sglang = resolve_engine("sglang==0.5.10").profile.aux
+    vllm = resolve_engine("vllm==0.32.0").profile.aux
+    vllm_v1 = resolve_engine("vllm==0.22.0").profile.aux
     # SGLang reads only eagle_config and adds 1; a top-level list is ignored for its defaults
     assert sglang.captured_layers(SGLANG_STYLE, 6) == (1, 3, 4)
     assert sglang.captured_layers(SPECULATORS_STYLE, 32) == (2, 16, 29)

@@ -162,7 +162,7 @@ def test_the_releases_a_finding_names_are_read_from_the_rows(draft, monkeypatch)
     folder = draft("midlayer", extra={"input_norm.weight": np.ones(192, dtype=np.float16)})
     said = message(check(folder, "sglang==0.5.10"), "input-norm-unsupported")
     assert "sglang 0.5.17–0.5.23" in said and "0.5.12" not in said and "vllm " in said
-    newest = next(p for p in sglang.PROFILES if p.last == "0.5.23" and p.draft_class == "llama")
+    newest = next(p for p in sglang.PROFILES if p.last == "0.5.23" and p.build.draft_class == "llama")
     monkeypatch.setattr(sglang, "PROFILES", [*sglang.PROFILES, dataclasses.replace(newest, first="0.6.0", last="0.6.2")])
     assert "sglang 0.5.17–0.6.2" in message(check(folder, "sglang==0.5.10"), "input-norm-unsupported")
     qk = message(check(draft("midlayer", qk_norm=True), "sglang==0.5.23"), "qk-norm-unsupported")

@@ -31,12 +31,12 @@ def accept_rate_first() -> tuple[str, ...]:
 
 def one_layer() -> tuple[str, ...]:
     """The SGLang releases that refuse more than one decoder layer (ONE_LAYER)."""
-    return _range(lambda p: p.engine == "sglang" and p.single_layer_error == sglang.ONE_LAYER)
+    return _range(lambda p: p.engine == "sglang" and p.build.single_layer_error == sglang.ONE_LAYER)
 
 
 def identity_vocab_map() -> tuple[str, ...]:
     """The vLLM releases that always build the vocabulary map (zeros: the identity without a d2t)."""
-    return _range(lambda p: p.engine == "vllm" and p.vocab_map_always)
+    return _range(lambda p: p.engine == "vllm" and p.build.vocab_map_always)
 
 
 def vllm_first_row() -> tuple[str, ...]:
@@ -159,8 +159,8 @@ def test_every_release_range_in_a_docs_table_is_a_run_of_rows(name, header, engi
     stated_ranges = table_ranges(_text(name), header, engine)
     assert stated_ranges, (name, header)
     for eng in dict.fromkeys(e for e, _, _ in stated_ranges):
-        rows = sorted(((p.first, p.last) for p in engines.all_profiles() if p.engine == eng and p.draft_class == "llama"),
-                      key=lambda r: parse_version(r[0]))
+        rows = sorted(((p.first, p.last) for p in engines.all_profiles()
+                       if p.engine == eng and p.build.draft_class == "llama"), key=lambda r: parse_version(r[0]))
         spans = [(first, last) for e, first, last in stated_ranges if e == eng]
         if exact:
             assert spans == rows, (name, eng, spans, rows)
@@ -183,10 +183,11 @@ def test_every_config_rule_cites_an_engine_facts_heading():
 
 
 def test_a_row_fact_lives_in_one_stage():
-    """A row's fact goes to the one stage record holding it and reads back from the row; a fact no stage
-    holds is refused, so a misspelt fact cannot be dropped silently."""
+    """A row's fact given by its own name goes to the one stage record holding it and is read there, the row
+    having no attribute of its own for it (a reader names the stage it depends on); a fact no stage holds is
+    refused, so a misspelt fact cannot be dropped silently."""
     row = sglang.PROFILES[0]
-    assert row.single_layer_error == row.build.single_layer_error and row.on_unmatched is row.keys.on_unmatched
+    assert not hasattr(row, "single_layer_error") and not hasattr(row, "on_unmatched")
     changed = dataclasses.replace(row, single_layer_error=None, aux_capture_offset=0)
     assert (changed.build.single_layer_error, changed.aux.aux_capture_offset) == (None, 0)
     assert changed.keys == row.keys and changed.config == row.config

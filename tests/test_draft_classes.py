@@ -32,7 +32,7 @@ def test_each_class_parameter_list_is_the_engines_own(drafts, engine, draft_clas
     folder = drafts["mla/complete" if draft_class == "mla" else "qwen3/flat"]
     checkpoint = open_checkpoint(folder)
     profile = resolve_engine(engine).profile_for(checkpoint.config)
-    assert profile.draft_class == draft_class
+    assert profile.build.draft_class == draft_class
     from draftdoctor.realload import run_real_loader
 
     raw = run_real_loader(folder, release, engine_name=name)

@@ -342,7 +342,7 @@ def test_each_release_has_pins_and_an_adapter_and_ci_covers_every_profile_range(
     for engine in REAL_LOADERS:  # CI runs at least one release of every profile row (every class) of every engine
         for row in all_profiles():
             if row.engine == engine:
-                assert any(row.contains(r) for r in REAL_LOADERS[engine].ci_releases), (row.spec, row.draft_class)
+                assert any(row.contains(r) for r in REAL_LOADERS[engine].ci_releases), (row.spec, row.build.draft_class)
     for release in releases:
         rows = [row for row in RANGES if parse_version(row[0]) <= parse_version(release) <= parse_version(row[1])]
         assert len(rows) == 1 and adapters.get(release).release == release, (release, rows)

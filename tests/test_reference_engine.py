@@ -35,7 +35,7 @@ def load_for_engine(draft, engine, target, loader="replay"):
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 F64 = torch.float64
-sglang_capture_layers = resolve_engine("sglang==0.5.10").profile.captured_layers
+sglang_capture_layers = resolve_engine("sglang==0.5.10").profile.aux.captured_layers
 
 
 def assert_same_computation(actual, expected):
@@ -173,7 +173,7 @@ def test_budget_cuts_accepted_tokens(target64, fixed_draft, prompts):
 
 
 def test_drafts_within_budget_as_llama_cpp(target64, fixed_draft, prompts):
-    """llama.cpp drafts at most the budget left minus one (`Profile.drafts_within_budget`): the same tokens,
+    """llama.cpp drafts at most the budget left minus one (`ServedDraft.drafts_within_budget`): the same tokens,
     never a draft the budget cannot take, and no verify step when there is no room for one."""
     loaded = load_for_engine(fixed_draft, "sglang==0.5.10", target64)
     for budget in (1, 2, 3, 6, 9, 20):

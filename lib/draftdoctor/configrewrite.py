@@ -90,7 +90,7 @@ def _fill_layer_config(layer: dict, ids, options: dict, profile) -> list[ConfigC
     """Write into a speculators config's transformer_layer_config what the engine reads only there:
     vLLM's reader of that format starts from it, then applies its own copies. fc is sized by
     `num_aux_hidden_states`, else by eagle_config's ids (which this format has none of), else for 3;
-    and that reader drops some options in some releases (`profile.speculators_drops`)."""
+    and that reader drops some options in some releases (`profile.config.speculators_drops`)."""
     changes = []
     if ids and len(ids) != 3 and "num_aux_hidden_states" not in layer:
         layer["num_aux_hidden_states"] = len(ids)

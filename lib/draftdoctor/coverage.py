@@ -360,7 +360,7 @@ def settle_unwritten(param: ParamStatus, profile: Profile, dims: DraftDims, spec
     random initial value: the target's tensor (from-target), or an initial value that is already
     right for this draft (identity). `keys`: the checkpoint's tensor names."""
     param.replaced_by_target = from_target(profile, dims, spec) or (
-        spec.role in profile.from_target_when_absent and not any(ROLE_KEYS[spec.role] in k for k in keys))
+        spec.role in profile.unwritten.from_target_when_absent and not any(ROLE_KEYS[spec.role] in k for k in keys))
     if param.replaced_by_target and param.status in (UNINITIALIZED, PARTIAL):
         param.status = FROM_TARGET
     elif param.status == UNINITIALIZED and identity_by_default(dims, spec):

@@ -157,7 +157,7 @@ def head_from_target_change(ckpt: Checkpoint, config: dict, profile, target_conf
     why = f"{ckpt.config_path}: --head-from-target cannot apply"
     if ckpt.find("lm_head.weight") is not None:
         raise FixError(f"{why}: the draft has its own lm_head.weight")
-    if "lm_head" in profile.from_target_when_absent:
+    if "lm_head" in profile.unwritten.from_target_when_absent:
         raise FixError(f"{why}: {profile.engine} takes the target's head for a draft without one already; "
                        "nothing to change")
     if config_format(config) != FLAT or "draft_vocab_size" not in config:
@@ -168,9 +168,9 @@ def head_from_target_change(ckpt: Checkpoint, config: dict, profile, target_conf
     if declared is not None and declared != vocab:
         raise FixError(f"{why}: draft_vocab_size {declared} is not the {'target' if target_config else 'draft'}'s "
                        f"vocabulary ({vocab}): the target's head predicts over other ids than the draft was trained on")
-    if profile.null_draft_vocab_error:
+    if profile.build.null_draft_vocab_error:
         raise FixError(f"{why}: {profile.engine} fails to build a draft whose draft_vocab_size is null "
-                       f"({profile.null_draft_vocab_error})")
+                       f"({profile.build.null_draft_vocab_error})")
     return ConfigChange("draft_vocab_size", declared, None,
                         "--head-from-target: no lm_head in the checkpoint, and the draft's vocabulary is the target's; "
                         "assumed trained with the target's head (frozen, not saved), so the engine takes the target's")
@@ -189,7 +189,7 @@ def _identity_vocab_maps(ckpt: Checkpoint, profile, params: dict) -> dict[str, s
     the engine builds no vocab-map parameter for this draft (vLLM >= 0.30 with the target's own
     vocabulary) and so fails on the key: leaving them out changes nothing. Any other d2t stays, and
     the plan shows the failure."""
-    if not profile.vocab_map_param or profile.vocab_map_param in params:
+    if not profile.build.vocab_map_param or profile.build.vocab_map_param in params:
         return {}
     return {t.name: "the identity vocabulary map (every offset 0), for which the engine has no parameter when "
                     "the draft's vocabulary is the target's"

@@ -81,12 +81,12 @@ def replay_report(checkpoint: Checkpoint, engine: EngineRelease, shape: tuple | 
     # (stage, key), as a real loader's error says it (draftdoctor.loadreport.LoadError)
     stop = None
     if blocking is not None and not (blocking.code == "config-unreadable" and fmt in (FLAT, SPECULATORS)
-                                     and fmt not in profile.config_formats):
+                                     and fmt not in profile.config.config_formats):
         stop = ("config" if blocking.code == "config-unreadable" else "build", None)
     if stop:
         params = {}  # the engine fails while building the draft (or builds a class not modelled here)
     held: dict[str, KeyStatus] = {}  # keys of a cached pair waiting for their partner, by looked-up name
-    for key in _iteration_order(checkpoint, profile.key_order):
+    for key in _iteration_order(checkpoint, profile.keys.key_order):
         t = checkpoint.tensors[key]
         if stop:
             keys.append(KeyStatus(key, NOT_REACHED, reason="the load failed before this key", shape=t.shape, nbytes=t.nbytes))
@@ -120,10 +120,10 @@ def replay_report(checkpoint: Checkpoint, engine: EngineRelease, shape: tuple | 
     for p in params.values():
         settle_unwritten(p, profile, dims, specs[p.name], checkpoint.tensors)
     missing = [p for p in params.values() if p.status == UNINITIALIZED]
-    if profile.unwritten_fails and missing and not stop:  # llama.cpp's load refuses a missing tensor
-        findings.append(F.finding("loader-crash", profile.unwritten_fails.format(name=missing[0].name)))
+    if profile.unwritten.unwritten_fails and missing and not stop:  # llama.cpp's load refuses a missing tensor
+        findings.append(F.finding("loader-crash", profile.unwritten.unwritten_fails.format(name=missing[0].name)))
         stop = ("load", None)
-    if stop and profile.loads_all_or_nothing:
+    if stop and profile.unwritten.loads_all_or_nothing:
         _nothing_loaded(params.values(), keys)
     return _load_report(engine, checkpoint, list(params.values()), keys, findings, stop, specs)
 
@@ -132,7 +132,7 @@ def _load_report(engine: EngineRelease, checkpoint: Checkpoint, params: list[Par
                  findings: list[F.Finding], stop: tuple | None, specs: dict) -> LoadReport:
     """What the replay found, as a load report: the finding that stopped the load at `stop` (always the
     last one found) as its error, the others as its stated findings; each key's and parameter's fate as
-    said. A load refused after its last key (`Profile.unwritten_fails`) saw every key."""
+    said. A load refused after its last key (`Unwritten.unwritten_fails`) saw every key."""
     error = None
     if stop:
         said = findings.pop()
@@ -160,7 +160,7 @@ def _load_report(engine: EngineRelease, checkpoint: Checkpoint, params: list[Par
 
 
 def _nothing_loaded(params, keys: list[KeyStatus]) -> None:
-    """A failed all-or-nothing load (`Profile.loads_all_or_nothing`): no parameter was written."""
+    """A failed all-or-nothing load (`Unwritten.loads_all_or_nothing`): no parameter was written."""
     for p in params:
         if p.status in (WRITTEN, PARTIAL):
             p.status, p.keys, p.shards_written = UNINITIALIZED, [], []
@@ -170,9 +170,9 @@ def _nothing_loaded(params, keys: list[KeyStatus]) -> None:
 
 
 def _settle_pair(profile: Profile, ks: KeyStatus, name: str, held: dict, specs: dict, params: dict, findings: list) -> bool:
-    """One key of a cached pair (`Profile.paired_keys`): held until its partner arrives, then both are
+    """One key of a cached pair (`KeyResolution.paired_keys`): held until its partner arrives, then both are
     concatenated (first, second) into the fused parameter; returns whether the load fails here."""
-    first = next(p for p in profile.paired_keys if p[0] in name or p[1] in name)[0]
+    first = next(p for p in profile.keys.paired_keys if p[0] in name or p[1] in name)[0]
     partner, fused = pair_of(profile, name)
     ks.status, ks.param = DROPPED, None
     ks.reason = (f"held until {partner} arrives, which it never does: {profile.engine} never loads it, and says nothing")
@@ -213,7 +213,7 @@ def _resized_silently(profile: Profile, param: str, got, expected) -> bool:
     differing = [d for d, (a, b) in enumerate(zip(got, expected)) if a != b]
     return len(got) == len(expected) and any(
         param.endswith(suffix) and differing == [dim] and (side == "either" or got[dim] > expected[dim])
-        for suffix, dim, side in profile.resized_silently)
+        for suffix, dim, side in profile.keys.resized_silently)
 
 
 def _mark_written(param: ParamStatus, key: str, shard) -> None:

@@ -4,9 +4,9 @@ A `Profile` is data: one row per engine release range (docs/engine-facts.md: "SG
 made of one record per loading stage (`engines.stages`: reading the config, building the parameters,
 resolving keys, what stays unwritten, aux capture, serving), each read by one small interpreter. A row
 is written as its stage records, `Profile(engine_name=..., first=..., last=..., config=ConfigReading(...),
-build=Build(...), keys=KeyResolution(...), ...)`, and read the same way, `row.keys.on_unmatched`; a single
-fact given by its own name (`dataclasses.replace(row, single_layer_error=None)`) goes to the stage that holds
-it, and `row.<fact>` still reads it there for the modules that read rows fact by fact. The rows are in
+build=Build(...), keys=KeyResolution(...), ...)`, and read the same way, `row.keys.on_unmatched`: a reader
+names the stage it depends on. A single fact given by its own name (`dataclasses.replace(row,
+single_layer_error=None)`) goes to the stage that holds it. The rows are in
 `sglang.py`, `vllm.py` and `llamacpp.py`; `draftdoctor.engines` looks one up.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
-from operator import attrgetter
 
 from ..configs import SPECULATORS, config_format, draft_options
 from ..errors import UserError
@@ -108,30 +107,6 @@ class Profile(ReleaseRange):
         if option in found:
             return bool(found[option])
         return config_format(config) == SPECULATORS and dict(reading.speculators_option_defaults).get(option, False)
-
-    def registry_names(self, architectures) -> list[str]:
-        return self.config.registry_names(architectures)
-
-    def builds_a_target_model(self, architectures) -> bool:
-        return self.config.builds_a_target_model(architectures)
-
-    def lookup_names(self, name: str) -> list[str]:
-        return self.keys.lookup_names(name)
-
-    def layer_name(self, i: int) -> str:
-        return self.build.layer_name(i)
-
-    def captured_layers(self, config: dict, n_layers: int) -> tuple[int, ...]:
-        return self.aux.captured_layers(config, n_layers)
-
-    def capturable(self, n_layers: int | None) -> tuple[int, int | None]:
-        return self.aux.capturable(n_layers)
-
-
-# `row.<fact>` reads the fact from the stage record holding it (the modules that still read rows fact by fact)
-for _stage, _record in STAGES.items():
-    for _fact in fields(_record):
-        setattr(Profile, _fact.name, property(attrgetter(f"{_stage}.{_fact.name}"), doc=f"`{_stage}.{_fact.name}`"))
 
 
 @dataclass(frozen=True)
