@@ -10,9 +10,11 @@ ALL_VLLM := $(patsubst $(REALLOAD)/vllm-requirements-%.txt,%,$(wildcard $(REALLO
 VLLM_OVERLAY_BASE := 0.32.0
 VLLM_RELEASES := $(if $(filter all,$(RELEASES)),$(ALL_VLLM),$(or $(RELEASES),$(call ci_releases,vllm)))
 VLLM_DIR := $(BUILD)/vllm
+# the overlays' base first: make starts prerequisites in this order, and an overlay waits for its base
+VLLM_ORDER := $(filter $(VLLM_OVERLAY_BASE),$(VLLM_RELEASES)) $(filter-out $(VLLM_OVERLAY_BASE),$(VLLM_RELEASES))
 
 .PHONY: vllm-loaders
-vllm-loaders: setup $(foreach r,$(VLLM_RELEASES),$(VLLM_DIR)/$(r)/.installed $(VLLM_DIR)/$(r)/.linked)
+vllm-loaders: setup $(foreach r,$(VLLM_ORDER),$(VLLM_DIR)/$(r)/.installed $(VLLM_DIR)/$(r)/.linked)
 ifeq ($(RELEASES),all)
 	$(BIN)/python -m draftdoctor.proofs.sweep vllm --out docs/releases/vllm.md
 endif
