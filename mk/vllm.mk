@@ -10,8 +10,10 @@ ALL_VLLM := $(patsubst $(REALLOAD)/vllm-requirements-%.txt,%,$(wildcard $(REALLO
 VLLM_OVERLAY_BASE := 0.32.0
 VLLM_RELEASES := $(if $(filter all,$(RELEASES)),$(ALL_VLLM),$(or $(RELEASES),$(call ci_releases,vllm)))
 VLLM_DIR := $(BUILD)/vllm
-# the overlays' base first: make starts prerequisites in this order, and an overlay waits for its base
-VLLM_ORDER := $(filter $(VLLM_OVERLAY_BASE),$(VLLM_RELEASES)) $(filter-out $(VLLM_OVERLAY_BASE),$(VLLM_RELEASES))
+# make starts prerequisites in this order: the overlays' base first, then the overlays (each waits for its base,
+# then takes the next free job), then the rest
+VLLM_ORDER := $(filter $(VLLM_OVERLAY_BASE),$(VLLM_RELEASES)) $(filter $(VLLM_OVERLAYS),$(VLLM_RELEASES)) \
+	$(filter-out $(VLLM_OVERLAY_BASE) $(VLLM_OVERLAYS),$(VLLM_RELEASES))
 
 .PHONY: vllm-loaders
 vllm-loaders: setup $(foreach r,$(VLLM_ORDER),$(VLLM_DIR)/$(r)/.installed $(VLLM_DIR)/$(r)/.linked)
