@@ -13,14 +13,27 @@ INSPECTION = ("01-dump-keys", "02-compare-names", "03-load-coverage")
 
 
 def test_params_file_batch_and_relative_paths(tmp_path):
-    (tmp_path / "p.yaml").write_text("engine: sglang\nrelease: '0.5.10'\ncheckpoints:\n  - a/draft\n"
+    (tmp_path / "p.yaml").write_text("engine_name: sglang\nrelease: '0.5.10'\ncheckpoints:\n  - a/draft\n"
                                      "  - {checkpoint: b/draft, name: other}\n")
     runs = load_params(tmp_path / "p.yaml")
     assert [r["name"] for r in runs] == ["draft", "other"]
     assert runs[0]["checkpoint"] == str(tmp_path / "a" / "draft") and runs[1]["release"] == "0.5.10"
-    (tmp_path / "bad.yaml").write_text("engine: sglang\n")
+    (tmp_path / "bad.yaml").write_text("engine_name: sglang\n")
     with pytest.raises(ParamsError, match="checkpoint"):
         load_params(tmp_path / "bad.yaml")
+
+
+def test_the_old_name_of_engine_name_is_read_for_one_release(tmp_path):
+    """A params file written before `engine` was renamed `engine_name` runs as it did: the notebooks get
+    the name it gives as `engine_name`; both names, saying different engines, is one line naming the file."""
+    (tmp_path / "old.yaml").write_text("engine: vllm\nrelease: '0.32.0'\ncheckpoint: a/draft\n")
+    [run] = load_params(tmp_path / "old.yaml")
+    assert run["engine_name"] == "vllm" and "engine" not in run
+    (tmp_path / "same.yaml").write_text("engine: vllm\nengine_name: vllm\ncheckpoint: a/draft\n")
+    assert load_params(tmp_path / "same.yaml")[0]["engine_name"] == "vllm"
+    (tmp_path / "both.yaml").write_text("engine: vllm\nengine_name: sglang\ncheckpoint: a/draft\n")
+    with pytest.raises(ParamsError, match=r"both.yaml: `engine` is the old name of `engine_name`"):
+        load_params(tmp_path / "both.yaml")
 
 
 def test_every_path_in_a_params_file_is_relative_to_it(tmp_path):
@@ -41,7 +54,7 @@ def test_the_notebooks_path_parameters_are_the_ones_resolved():
     from draftdoctor.investigate import PATH_PARAMS, STEPS
     from draftdoctor.toolstate import NOTEBOOKS
 
-    words = {"engine", "release", "loader", "backend", "compare_backend", "out_dir"}  # out_dir: the kit's own
+    words = {"engine_name", "release", "loader", "backend", "compare_backend", "out_dir"}  # out_dir: the kit's own
     for step in STEPS:
         declared = pm.inspect_notebook(str(NOTEBOOKS / f"{step}.ipynb"))
         text = {name for name, p in declared.items() if p["inferred_type_name"] == "str"}
@@ -77,7 +90,7 @@ def test_batch_of_two_checkpoints_writes_a_folder_each_and_a_summary(tmp_path, d
     monkeypatch.setattr(inv, "STEPS", INSPECTION)
     good = draft("midlayer")
     (tmp_path / "p.yaml").write_text(json.dumps({
-        "engine": "sglang", "release": "0.5.10",
+        "engine_name": "sglang", "release": "0.5.10",
         "checkpoints": [str(ROOT / "data" / "speculators-draft"), str(good), str(tmp_path / "missing")]}))
     results = investigate(tmp_path / "p.yaml", tmp_path / "out", cell_timeout=120)
     assert [r.error is None for r in results] == [True, True, False]
@@ -93,7 +106,7 @@ def test_a_draft_that_does_not_fit_the_target_stops_before_any_notebook(tmp_path
     import subprocess
     import sys
 
-    (tmp_path / "p.yaml").write_text(json.dumps({"checkpoint": str(draft("speculators")), "engine": "sglang",
+    (tmp_path / "p.yaml").write_text(json.dumps({"checkpoint": str(draft("speculators")), "engine_name": "sglang",
                                                  "release": "0.5.10", "target": str(ROOT / "data" / "demo" / "target")}))
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "investigate", "--params", str(tmp_path / "p.yaml"),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
@@ -109,7 +122,7 @@ def _investigate_cli(tmp_path, checkpoint):
 
     demo = ROOT / "data" / "demo"
     (tmp_path / "p.yaml").write_text(
-        f"checkpoint: {checkpoint}\ntarget: {demo / 'target'}\nprompts: {demo / 'prompts.jsonl'}\nengine: sglang\n"
+        f"checkpoint: {checkpoint}\ntarget: {demo / 'target'}\nprompts: {demo / 'prompts.jsonl'}\nengine_name: sglang\n"
         "release: '0.5.10'\nloader: replay\nbackend: reference\nnum_prompts: 5\nmax_new_tokens: 24\nnum_steps: 4\n")
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", "investigate", "--params", str(tmp_path / "p.yaml"),
                            "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
@@ -179,7 +192,7 @@ def test_names_from_a_checkpoint_cannot_write_markdown_into_the_report(tmp_path)
     (folder / "config.json").write_text((ROOT / "data" / "demo" / "draft-speculators" / "config.json").read_text())
     demo = ROOT / "data" / "demo"
     (tmp_path / "p.yaml").write_text(
-        f"checkpoint: {folder}\ntarget: {demo / 'target'}\nprompts: {demo / 'prompts.jsonl'}\nengine: vllm\n"
+        f"checkpoint: {folder}\ntarget: {demo / 'target'}\nprompts: {demo / 'prompts.jsonl'}\nengine_name: vllm\n"
         "release: '0.32.0'\nloader: replay\nbackend: reference\nnum_prompts: 2\nmax_new_tokens: 8\nnum_steps: 4\n")
     [result] = investigate(tmp_path / "p.yaml", tmp_path / "run")
     text = (tmp_path / "run" / "report.md").read_text()

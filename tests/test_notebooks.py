@@ -41,8 +41,8 @@ def _run(name, out_dir, **params):
 def test_inspection_steps_on_the_story_draft(tmp_path):
     draft = str(ROOT / "data" / "speculators-draft")
     _run("01-dump-keys.ipynb", tmp_path, checkpoint=draft)
-    _run("02-compare-names.ipynb", tmp_path, checkpoint=draft, engine="sglang", release="0.5.10")
-    _run("03-load-coverage.ipynb", tmp_path, checkpoint=draft, engine="sglang", release="0.5.10")
+    _run("02-compare-names.ipynb", tmp_path, checkpoint=draft, engine_name="sglang", release="0.5.10")
+    _run("03-load-coverage.ipynb", tmp_path, checkpoint=draft, engine_name="sglang", release="0.5.10")
     keys = json.loads((tmp_path / "keys.json").read_text())
     assert keys["layout"] == "speculators" and keys["tensors"] == 16
     names = json.loads((tmp_path / "names.json").read_text())
@@ -54,6 +54,14 @@ def test_inspection_steps_on_the_story_draft(tmp_path):
     executed = nbformat.read(tmp_path / "03-load-coverage.ipynb", as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs), "the coverage chart is shown inline"
+
+
+def test_a_notebook_reads_engine_its_old_name_for_engine_name(tmp_path):
+    """`papermill -p engine vllm`, as a notebook run before the rename was written, still names the engine:
+    the default `engine_name` (sglang) does not win over it."""
+    _run("02-compare-names.ipynb", tmp_path, checkpoint=str(ROOT / "data" / "speculators-draft"), engine="vllm",
+         release="0.32.0")
+    assert json.loads((tmp_path / "names.json").read_text())["engine"] == "vllm==0.32.0"
 
 
 @pytest.mark.story

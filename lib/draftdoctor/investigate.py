@@ -86,6 +86,7 @@ def load_params(path) -> list[dict]:
             raise ParamsError(f"{path}: every entry of `checkpoints` needs a checkpoint path")
         run = {**params, **entry}
         _check_types(path, run)
+        _read_old_names(path, run)
         for key in PATH_PARAMS:  # the notebooks run in the package's folder: a relative path would land there
             if isinstance(run.get(key), str) and run[key] and not Path(run[key]).is_absolute():
                 run[key] = str((base / run[key]).resolve())
@@ -121,7 +122,8 @@ def _no_alias_loader():
 # runs, so a list where a path belongs is one line naming the field, not a traceback in a notebook.
 # The parameters that name a file or folder: relative to the parameters file, made absolute when read.
 PATH_PARAMS = ("checkpoint", "target", "prompts", "fixed_checkpoint")
-PARAM_TYPES = {"checkpoint": str, "target": str, "prompts": str, "engine": str, "release": (str, int, float),
+PARAM_TYPES = {"checkpoint": str, "target": str, "prompts": str, "engine_name": str, "engine": str,
+               "release": (str, int, float),
                "loader": str, "backend": str, "name": str, "compare_backend": str, "fixed_checkpoint": str,
                "num_prompts": int, "max_new_tokens": int, "num_steps": int, "allow_lossy": bool, "interactive": bool,
                "guard": bool}
@@ -138,6 +140,22 @@ def _check_types(path: Path, run: dict) -> None:
             raise ParamsError(f"{path}: `{key}` must be a {names}, got {type(value).__name__} {str(value)[:60]!r}")
     if "release" in run and not isinstance(run["release"], str) and run["release"] is not None:
         run["release"] = str(run["release"])
+
+
+# Parameters renamed, read under their old name for one release: old name -> new name.
+OLD_NAMES = {"engine": "engine_name"}
+
+
+def _read_old_names(path: Path, run: dict) -> None:
+    """A parameter given by its old name (`engine: sglang`) is read as its new one (`engine_name`); both
+    given and different is one line naming the file."""
+    for old, new in OLD_NAMES.items():
+        if old in run:
+            value = run.pop(old)
+            if new in run and run[new] != value:
+                raise ParamsError(f"{path}: `{old}` is the old name of `{new}`; give one of them "
+                                  f"(got {old}: {str(value)[:60]!r} and {new}: {str(run[new])[:60]!r})")
+            run[new] = value
 
 
 def run_step(step: str, params: dict, out_dir: Path, cell_timeout: float, notebooks: Path = NOTEBOOKS_DIR) -> Path:
@@ -203,7 +221,7 @@ def preflight(params: dict) -> None:
 
     if params.get("target"):
         bench_preflight(params["target"], [(params["name"], params["checkpoint"])],
-                        from_parameters(params.get("engine", "sglang"), params.get("release")))
+                        from_parameters(params.get("engine_name", "sglang"), params.get("release")))
 
 
 def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float = 900.0, progress=None) -> RunResult:
@@ -263,8 +281,9 @@ def demo_run() -> DemoRun:
 
     path = DEMO / "investigate.yaml"
     [params] = load_params(path)
-    if params.get("loader") == "real" and params["release"] not in installed_releases(params["engine"]):
-        spec, hint = f"{params['engine']}=={params['release']}", REAL_LOADERS[params["engine"]].install_hint(params["release"])
+    engine_name = params["engine_name"]
+    if params.get("loader") == "real" and params["release"] not in installed_releases(engine_name):
+        spec, hint = f"{engine_name}=={params['release']}", REAL_LOADERS[engine_name].install_hint(params["release"])
         return DemoRun(path, {"loader": "replay"}, f"{spec}'s own loader is not installed here ({hint} installs it, about "
                                                    "a minute): the drafts are loaded as the kit's replay of it says")
     return DemoRun(path)

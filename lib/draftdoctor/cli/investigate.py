@@ -13,7 +13,7 @@ from .render import safe
 
 
 def arguments(p) -> None:
-    p.add_argument("--params", required=True, help="YAML: checkpoint (or checkpoints: [...]), engine, release, ...")
+    p.add_argument("--params", required=True, help="YAML: checkpoint (or checkpoints: [...]), engine_name, release, ...")
     p.add_argument("--out", required=True, help="run folder, e.g. runs/NAME")
     p.add_argument("--cell-timeout", type=float, default=900.0)
 

@@ -124,8 +124,11 @@ def serving_facts(release: str, engine_name: str = "sglang") -> ServingFacts | N
     return _row_for([row for row in all_serving() if row.engine_name == engine_name], release)
 
 
-def from_parameters(name: str, release: str | None) -> EngineRelease:
-    """The EngineRelease a notebook's `engine` and `release` parameters name (no release: the newest known)."""
+def from_parameters(engine_name: str, release: str | None, old_name: str | None = None) -> EngineRelease:
+    """The EngineRelease a notebook's `engine_name` and `release` parameters name (no release: the newest
+    known). `old_name`: the notebook's `engine` parameter, the old name of `engine_name` read for one
+    release; set, it is the engine's name."""
+    name = engine_name if old_name is None else old_name
     return resolve_engine(f"{name}=={release}" if release else name)
 
 
