@@ -86,6 +86,27 @@ def test_the_code_cites_only_what_the_repository_holds():
     assert outside == [] and unknown == []
 
 
+def test_no_file_names_a_path_of_the_machine_it_was_written_on():
+    """What the repository holds says where things are relative to it: no home, work or mount folder of
+    the machine a file was written on, and no data file naming a temporary folder (the demo drafts' configs
+    named the target they were trained beside as /tmp/...)."""
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True, check=True).stdout
+    found = []
+    for name in filter(None, files.split("\0")):
+        path = root / name
+        if path.suffix not in (".py", ".md", ".json", ".jsonl", ".yaml", ".txt", ".mk", ".ipynb", ".toml", ".cfg", ".sh") \
+                or not path.is_file() or path.stat().st_size > 5_000_000:
+            continue
+        text = path.read_text(errors="replace")
+        if re.search(r"(^|[^\w.~-])/(work|home|root|Users|mnt)/", text) or (path.suffix == ".json" and "/tmp/" in text):
+            found.append(name)
+    assert found == []
+
+
 def test_notebooks_and_widgets_ask_the_one_verdict():
     """The notebooks and the widgets show what every command shows: `diagnose`, never the replay alone
     (which skips the checks beyond names and the values)."""

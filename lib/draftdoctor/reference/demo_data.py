@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     train_target(target_dir, vocab, log)
     write_sentencepiece_model(target_dir)
     for name, norm_before_residual in DRAFTS.items():
-        train_draft(out / name, target_dir, str(target_dir), vocab, log, norm_before_residual)
+        train_draft(out / name, target_dir, "target", vocab, log, norm_before_residual)  # the demo folder's target
     write_story_draft(out)
     rng = random.Random(SEED)
     lines = [json.dumps({"prompt": p}) for p in corpus.prompts(rng, N_PROMPTS)]
