@@ -562,7 +562,6 @@ def test_small_chunks_and_a_short_comparison_lag_copy_every_byte_and_report_prog
     assert {renamed[k]: v for k, v in copied.items()} == tensor_bytes(src)
 
 
-
 def test_every_copy_call_but_a_run_s_first_starts_on_a_chunk_boundary_of_the_source(draft, tmp_path, monkeypatch):
     """The copy is split at SRC's multiples of CHUNK, not in CHUNK steps from where the data starts: a
     data section starting 4 kB or more into the file, copied in steps from there, took 1.4x as long."""
@@ -583,6 +582,7 @@ def test_every_copy_call_but_a_run_s_first_starts_on_a_chunk_boundary_of_the_sou
     assert all(off % 4096 == 0 for name, off, _ in calls if off != firsts[name])
     renamed = {m.new: m.old for m in plan.tensors}
     assert {renamed[k]: v for k, v in tensor_bytes(tmp_path / "out").items()} == tensor_bytes(src)
+
 
 @pytest.mark.parametrize("chunk,piece", [(rewriter.CHUNK, rewriter.COMPARE_PIECE), (4096, 1000)])
 def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch, chunk, piece):
