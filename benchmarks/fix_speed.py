@@ -22,10 +22,14 @@ with the host's write-back, took 2-6x as long.) Each run is measured by a wrappe
 whose RSS includes the few MB the child inherits from the wrapper before exec).
 Prints medians and the ratios to cp (wall time, and CPU time: on a busy machine the wall-time ratio
 drifts toward the CPU-time one); targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
+--against LIB adds `before`: the same fix command run with PYTHONPATH=LIB (another checkout's lib/,
+say the code before a change), in the rotation with cp and fix (each round in turn forwards and
+backwards), and prints fix / before of adjacent runs, wall and CPU time: a change measured against
+the code before it in the same run.
 --stages then runs fix N more times in-process, with its steps timed (STAGES below), and prints
 where its time goes beside cp's, in ms: what runs before the copy, the copy and its comparison, what
-runs beside them, and what runs after.
-Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep] [--draft DIR] [--stages]
+runs beside them, and what runs after (with --against, before's steps too, alternating).
+Usage: .venv/bin/python benchmarks/fix_speed.py [--repeat N] [--keep] [--draft DIR] [--against LIB] [--stages]
 """
 
 import argparse
@@ -99,8 +103,8 @@ sys.exit(status)
 """
 
 
-def stage_report(runs: dict, staged: list[dict], floor: float) -> None:
-    """Where fix's time goes (medians over the --stages runs, in ms), beside cp's median wall time."""
+def stage_report(runs: dict, staged: list[dict], floor: float, name: str = "fix") -> None:
+    """Where `name`'s time goes (medians over the --stages runs, in ms), beside cp's median wall time."""
     med = lambda f: statistics.median(f(m) for m in staged) * 1000
     copy_end = lambda m: m["copy"][0] + m["copy"][1]
     rows = [
@@ -120,7 +124,7 @@ def stage_report(runs: dict, staged: list[dict], floor: float) -> None:
         ("output and exit", med(lambda m: m["exit"][0] - m["in_place"][0] - m["in_place"][1]), ""),
     ]
     cp = statistics.median(r["wall"] for r in runs["cp"]) * 1000
-    print(f"\nwhere fix's time goes (median of {len(staged)} in-process runs, ms; cp's median {cp:.0f} ms):")
+    print(f"\nwhere {name}'s time goes (median of {len(staged)} in-process runs, ms; cp's median {cp:.0f} ms):")
     for name, ms, note in rows:
         print(f"  {name:52} {ms:7.0f}  {note}")
     print(f"  {'total (process CPU ' + format(med(lambda m: m['exit'][2]), '.0f') + ' ms)':52} "
@@ -134,9 +138,9 @@ def fresh_output(work: Path, name: str) -> Path:
     return work / f"out-{name}"
 
 
-def measure(cmd: list[str]) -> dict:
+def measure(cmd: list[str], env: dict | None = None) -> dict:
     os.sync()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, check=True, env=env)
     result = json.loads(proc.stdout)
     if result["rc"] != 0:
         raise SystemExit(f"{' '.join(cmd)} failed with exit status {result['rc']}")
@@ -148,6 +152,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--keep", action="store_true", help="keep the generated draft and outputs")
     parser.add_argument("--draft", type=Path, help="a draft written by an earlier --keep run, used instead of a new one")
+    parser.add_argument("--against", type=Path, metavar="LIB",
+                        help="also run fix with PYTHONPATH=LIB (another checkout's lib/), alternating, and compare")
     parser.add_argument("--stages", action="store_true", help="then time fix's steps from inside, --repeat more runs")
     args = parser.parse_args()
     (ROOT / "build").mkdir(exist_ok=True)
@@ -164,29 +170,39 @@ def main():
             "fix": lambda out: [str(BIN / "draftdoctor"), "fix", str(src), "--engine", "sglang==0.5.10", "--out", str(out)],
             "script": lambda out: [sys.executable, "-c", STORY_SCRIPT, str(src / "model.safetensors"), str(out)],
         }
+        envs = {name: None for name in commands}
+        if args.against:
+            commands["before"] = commands["fix"]
+            envs["before"] = dict(os.environ, PYTHONPATH=str(args.against.resolve()))
+            compileall.compile_dir(args.against / "draftdoctor", quiet=1)
         compileall.compile_dir(ROOT / "lib" / "draftdoctor", quiet=1)
         from draftdoctor.diagnose import chosen_loader
         from draftdoctor.engines import resolve_engine
 
         print(f"fix verifies with the {chosen_loader(resolve_engine('sglang==0.5.10'), 'auto')} loader (auto)")
         runs = {name: [] for name in commands}
-        order = [name for i in range(args.repeat) for name in (("cp", "fix"), ("fix", "cp"))[i % 2]]
-        for name in ["cp", "fix"]:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
-            first = measure(commands[name](fresh_output(work, name)))
-        print(f"first fix (starts the real-loader worker if none runs): {first['wall']:.2f} s\n")
+        paired = ["cp", "fix"] + (["before"] if args.against else [])
+        order = [name for i in range(args.repeat) for name in (paired, paired[::-1])[i % 2]]
+        for name in paired:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
+            first = measure(commands[name](fresh_output(work, name)), envs[name])
+            if name != "cp":  # a release's worker is its code's: another lib starts its own
+                print(f"first {name} (starts the real-loader worker if none runs): {first['wall']:.2f} s")
+        print()
         for name in order + ["script"] * args.repeat:
-            runs[name].append(measure(commands[name](fresh_output(work, name))))
+            runs[name].append(measure(commands[name](fresh_output(work, name)), envs[name]))
         report(runs)
         if args.stages:
             floor = statistics.median(measure([sys.executable, "-c", "pass"])["wall"] for _ in range(args.repeat))
-            staged = []
-            for _ in range(args.repeat):
-                out = fresh_output(work, "fix")
-                os.sync()
-                proc = subprocess.run([sys.executable, "-c", STAGES, *commands["fix"](out)[1:]],
-                                      capture_output=True, text=True, check=True)
-                staged.append(json.loads(proc.stdout.splitlines()[-1]))
-            stage_report(runs, staged, floor)
+            staged = {name: [] for name in paired[1:]}
+            for i in range(args.repeat):
+                for name in (paired[1:], paired[:0:-1])[i % 2]:
+                    out = fresh_output(work, name)
+                    os.sync()
+                    proc = subprocess.run([sys.executable, "-c", STAGES, *commands[name](out)[1:]],
+                                          capture_output=True, text=True, check=True, env=envs[name])
+                    staged[name].append(json.loads(proc.stdout.splitlines()[-1]))
+            for name, marks in staged.items():
+                stage_report(runs, marks, floor, name)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -211,6 +227,12 @@ def report(runs: dict) -> None:
     print(f"fix / cp CPU time (user+sys) of adjacent runs: {cpu_ratio:.2f}x (what a busy machine's wall time tends to)")
     fastest = min(r["wall"] for r in runs["fix"]) / min(r["wall"] for r in runs["cp"])
     print(f"fastest fix / fastest cp (the VM's slow spells only ever add time): {fastest:.2f}x")
+    if "before" in runs:
+        walls = statistics.median(f["wall"] / b["wall"] for f, b in zip(runs["fix"], runs["before"]))
+        cpus = statistics.median(f["cpu"] / b["cpu"] for f, b in zip(runs["fix"], runs["before"]))
+        before = statistics.median(b["wall"] / c["wall"] for b, c in zip(runs["before"], runs["cp"]))
+        print(f"fix / before of adjacent runs (median of {len(runs['fix'])} rounds): wall {walls:.3f}x, CPU time "
+              f"{cpus:.3f}x; before / cp {before:.2f}x")
 
 
 if __name__ == "__main__":

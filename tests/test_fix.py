@@ -562,6 +562,28 @@ def test_small_chunks_and_a_short_comparison_lag_copy_every_byte_and_report_prog
     assert {renamed[k]: v for k, v in copied.items()} == tensor_bytes(src)
 
 
+def test_every_copy_call_but_a_run_s_first_starts_on_a_chunk_boundary_of_the_source(draft, tmp_path, monkeypatch):
+    """The copy is split at SRC's multiples of CHUNK, not in CHUNK steps from where the data starts: a
+    data section starting 4 kB or more into the file, copied in steps from there, took 1.4x as long."""
+    monkeypatch.setattr(rewriter, "CHUNK", 4096)
+    src = draft("speculators", shards=2)
+    real_copy, calls = rewriter.Copier.copy, []
+
+    def copy(self, src_fd, dst_fd, src_off, dst_off, count, path):
+        calls.append((path.name, src_off, count))
+        return real_copy(self, src_fd, dst_fd, src_off, dst_off, count, path)
+
+    monkeypatch.setattr(rewriter.Copier, "copy", copy)
+    plan = plan_fix(src, "sglang==0.5.10")
+    result = apply_fix(plan, tmp_path / "out")
+    assert result.ok and sum(count for _, _, count in calls) == plan.bytes_to_copy
+    firsts = {name: min(off for n, off, _ in calls if n == name) for name, _, _ in calls}
+    assert len(firsts) == 2 and all(off % 4096 for off in firsts.values())  # the data starts inside a page
+    assert all(off % 4096 == 0 for name, off, _ in calls if off != firsts[name])
+    renamed = {m.new: m.old for m in plan.tensors}
+    assert {renamed[k]: v for k, v in tensor_bytes(tmp_path / "out").items()} == tensor_bytes(src)
+
+
 @pytest.mark.parametrize("chunk,piece", [(rewriter.CHUNK, rewriter.COMPARE_PIECE), (4096, 1000)])
 def test_a_corrupted_byte_is_pinned_to_its_tensor(draft, tmp_path, monkeypatch, chunk, piece):
     monkeypatch.setattr(rewriter, "CHUNK", chunk)

@@ -21,7 +21,7 @@ from .configrewrite import ABSENT, ConfigChange, rewrite_config
 from .configs import FLAT, MISSING, UNKNOWN, config_format, draft_options, layer_options, unsupported_options
 from .checks import TENSOR_OPTIONS, WITHOUT, option_keys, read_target_config
 from .coverage import draft_dims
-from .replay import unmodelled_class
+from .configrules import unmodelled_class
 from .provenance import recognise
 from .predict import PredictionSpec
 from .engines import EngineRelease, parameters, resolve_engine

@@ -243,9 +243,12 @@ def _kind(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
+_HINTS: dict[type, dict] = {}  # each record class's field types, evaluated once (a report has dozens of records)
+
+
 def _record(cls, values: dict, where: str, partial: bool):
     """`cls` (a dataclass of this module) from a dict of plain values, every field checked."""
-    hints = typing.get_type_hints(cls)
+    hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in values if k not in known]
     if unknown:

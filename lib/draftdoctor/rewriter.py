@@ -185,12 +185,11 @@ def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress
     checker.start()
     try:
         for src_off, dst_off, length in runs:
-            for start in range(0, length, CHUNK):
+            for start, n in _chunks(src_off, length):
                 if state["error"] is not None:
                     raise state["error"]
                 if stop is not None and stop.is_set():
                     raise Stopped()
-                n = min(CHUNK, length - start)
                 copier.copy(src_fd, dst_fd, src_off + start, dst_off + start, n, src_path)
                 copied.put((src_off + start, dst_off + start, n))
                 if progress:
@@ -201,6 +200,20 @@ def _copy_and_compare(src_fd: int, dst_fd: int, runs, copier, src_path, progress
     if state["error"] is not None:
         raise state["error"]
     return state["bad"]
+
+
+def _chunks(src_off: int, length: int):
+    """(start within the run, length) of each copy call over a run starting at `src_off`: split at
+    SRC's multiples of CHUNK, so that every call but the first starts on one. Where DST's data starts
+    at SRC's offset (the usual case), both files' calls start on a CHUNK boundary. Measured on Linux
+    6.18 (1.9 GB from the page cache): CHUNK steps from a data section starting at byte 1632 or 65536
+    ran at `cp`'s speed, from byte 4096, 5000 or 12000 1.4x slower; split at CHUNK boundaries, all at
+    `cp`'s speed. (The kernel copies in 64 kB rounds from where each call starts.)"""
+    start = 0
+    while start < length:
+        n = min(CHUNK - (src_off + start) % CHUNK, length - start)
+        yield start, n
+        start += n
 
 
 def _differing(got, want, base: int, block: int = 4096) -> list[tuple[int, int]]:
