@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..toolstate import BUILD, trusted
+from . import reuse
 from .registry import HERE, OVERLAY_RECORD, READY_MARKER, REAL_LOADERS
 
 STORE = BUILD / "release-store"  # mk/sglang.mk's RELEASE_STORE
@@ -108,9 +109,7 @@ def install(engine_name: str, release: str, folder: Path | None = None, link: bo
         shutil.rmtree(folder, ignore_errors=True)
         log = folder.with_name(folder.name + ".log")
         if base is None:
-            _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                  "--only-binary=:all:", "--no-compile", "--target", str(folder), "-r", str(pins)], log,
-                 f"pip could not install {engine_name} {release}")
+            install_pins(pins, folder, log, f"pip could not install {engine_name} {release}")
         else:
             _install_overlay(engine_name, release, overlay, (base_release, base), folder, log)
         _run([sys.executable, "-m", "draftdoctor.realload", engine_name, release, str(folder)], log,
@@ -124,6 +123,73 @@ def install(engine_name: str, release: str, folder: Path | None = None, link: bo
             link_files(STORE, folder)
             (folder / LINKED_MARKER).touch()
     return folder, True
+
+
+def install_pins(pins: Path, folder: Path, log: Path, failure: str, sources: list[Path] | None = None) -> int:
+    """`pins` installed into the new `folder` as `pip install --no-deps --only-binary=:all: --no-compile
+    --target` alone would: each pin a finished release folder holds linked from it (`reuse`; from
+    `sources`, default `finished_folders`), pip for the rest (into a folder beside, moved in after); pip
+    for all of them when two would install one path. Returns how many pins were linked."""
+    lines = [line for line in pins.read_text().splitlines() if line.split("#", 1)[0].strip()]
+    staging = folder.with_name(folder.name + ".pip")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with contextlib.ExitStack() as locks:
+            found, rest = reuse.plan(lines, sources if sources is not None else finished_folders(folder, locks))
+            folder.mkdir()
+            linked = [line for line, dist in found.items() if reuse.link(dist, folder)]
+        rest = [line for line in lines if line not in linked]
+        if not linked:
+            _pip(rest, folder, log, failure)
+            return 0
+        if rest:
+            _pip(rest, staging, log, failure)
+            reuse.merge(staging, folder)
+        reuse.check_shadowing(folder)
+        return len(linked)
+    except reuse.Collision:
+        shutil.rmtree(folder, ignore_errors=True)
+        _pip(lines, folder, log, failure)
+        return 0
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _pip(requirements: list[str], target: Path, log: Path, failure: str) -> None:
+    _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+          "--only-binary=:all:", "--no-compile", "--target", str(target), *requirements], log, failure)
+
+
+def finished_folders(folder: Path, locks: contextlib.ExitStack) -> list[Path]:
+    """The release folders a new install into `folder` may link files from: its siblings and every
+    engine's installed releases that are finished (ready marker written) and no overlay, each under its
+    install lock, taken without waiting (a folder being installed or replaced is skipped) and held until
+    `locks` closes; those already linked to the store first."""
+    from .registry import releases_dir
+
+    candidates = [Path(e.path) for e in os.scandir(folder.parent) if e.is_dir(follow_symlinks=False)]
+    for name, loaders in REAL_LOADERS.items():
+        if loaders.pin_prefix is not None and releases_dir(name).is_dir():
+            candidates += [Path(e.path) for e in os.scandir(releases_dir(name)) if e.is_dir(follow_symlinks=False)]
+    found, seen = [], {os.path.realpath(folder)}
+    for candidate in candidates:
+        real = os.path.realpath(candidate)
+        if real in seen or not (candidate / READY_MARKER).is_file():
+            continue
+        seen.add(real)
+        try:
+            trusted(candidate, "a release folder to link from")
+            fd = os.open(candidate.with_name(candidate.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except (UserError, OSError):
+            continue
+        locks.callback(os.close, fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        if (candidate / READY_MARKER).is_file() and not (candidate / OVERLAY_RECORD).exists():
+            found.append(candidate)
+    return sorted(found, key=lambda f: not (f / LINKED_MARKER).exists())
 
 
 def _install_overlay(engine_name: str, release: str, requirement: str, base: tuple[str, Path], folder: Path,
