@@ -83,7 +83,7 @@ def _tree(folder: Path) -> dict:
     return found
 
 
-B_PINS = ("ddtiny==2.0", "ddns-a==1.0", "ddns_b==1.0", "DDTool==1.0")
+B_PINS = ("ddtiny==2.0", "ddns-a==1.0", "ddns_b==1.0  # a comment pip reads too", "DDTool==1.0")
 
 
 @pytest.fixture

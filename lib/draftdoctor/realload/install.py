@@ -2,8 +2,10 @@
 and `draftdoctor loaders install ENGINE==RELEASE` (an installed kit has no Makefile).
 
 The release's pin list (beside this package) is refused if it would bring torch, CUDA wheels or kernels
-(`RealLoaders.forbidden_pins`); installed `--no-deps --target` into the release's folder, beside the
-kit's own CPU torch; self-checked as every later check runs it (`python -m draftdoctor.realload`: the
+(`RealLoaders.forbidden_pins`); installed into the release's folder as `pip install --no-deps
+--only-binary=:all: --no-compile --target` would, beside the kit's own CPU torch (`install_pins`: each
+pin another finished release folder holds is hard-linked from it and checked against its RECORD, pip
+installs the rest: `reuse`; a vLLM release's pins then take about 5 CPU seconds, not 25); self-checked as every later check runs it (`python -m draftdoctor.realload`: the
 adapter fits, a tiny draft loads); only then is the ready marker written, holding the pin list's digest.
 Its files are then swapped for links to the store of what releases share (linkstore), as make does.
 
@@ -19,7 +21,8 @@ One install of a release at a time, whoever runs it: each holds the release's lo
 second install waits for the first and then finds its folder finished for the same pin list, which it
 keeps: a finished install is never removed by another (two at once had removed one another's folder
 during the self-check). Only a folder no install finished for these pins (a dead install's leftovers,
-another pin list's) is replaced.
+another pin list's) is replaced. An install links files only from folders whose lock it took without
+waiting (`finished_folders`), and holds those locks until it has linked: none is replaced meanwhile.
 """
 
 from __future__ import annotations
@@ -136,12 +139,12 @@ def install_pins(pins: Path, folder: Path, log: Path, failure: str, sources: lis
     try:
         with contextlib.ExitStack() as locks:
             found, rest = reuse.plan(lines, sources if sources is not None else finished_folders(folder, locks))
-            folder.mkdir()
+            folder.mkdir(exist_ok=True)
             linked = [line for line, dist in found.items() if reuse.link(dist, folder)]
-        rest = [line for line in lines if line not in linked]
         if not linked:
-            _pip(rest, folder, log, failure)
+            _pip(["-r", str(pins)], folder, log, failure)
             return 0
+        rest = [re.sub(r"(^|\s+)#.*$", "", line).strip() for line in lines if line not in linked]  # pip's comments
         if rest:
             _pip(rest, staging, log, failure)
             reuse.merge(staging, folder)
@@ -149,7 +152,7 @@ def install_pins(pins: Path, folder: Path, log: Path, failure: str, sources: lis
         return len(linked)
     except reuse.Collision:
         shutil.rmtree(folder, ignore_errors=True)
-        _pip(lines, folder, log, failure)
+        _pip(["-r", str(pins)], folder, log, failure)
         return 0
     finally:
         shutil.rmtree(staging, ignore_errors=True)
