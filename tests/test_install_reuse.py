@@ -135,6 +135,10 @@ def test_a_file_that_does_not_match_its_record_is_never_linked(tmp_path, source,
     assert _install(tmp_path, pins, linked, [source]) == 1  # ddns-a only
     assert _tree(linked) == _tree(plain)
     assert not os.path.samefile(linked / "bin" / "ddtool", script)
+    (found, _), alone = reuse.plan(["ddtool==1.0"], [source]), tmp_path / "alone"
+    alone.mkdir()
+    assert reuse.link(found["ddtool==1.0"], alone) is False
+    assert not list(alone.iterdir()), "none of its files, nor a folder made for them, is left"
 
 
 def test_two_wheels_writing_one_path_are_installed_by_pip_alone(tmp_path, wheels):

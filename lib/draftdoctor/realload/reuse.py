@@ -88,29 +88,31 @@ def link(dist: Dist, folder: Path) -> bool:
     """Hard-link each of `dist`'s files into `folder` and check it there (the linked file is the one kept:
     a change after checking would change the source's too, which nothing does: linkstore). False, with
     none of them left, when one is missing or differs; Collision when one is there already."""
-    umask, made = _umask(), []
+    umask, made, done = _umask(), [], False
     if umask is None:
         return False
     try:
         for path, digest, size in dist.files:
             target = folder / path
+            made.append(target)
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.link(dist.source / path, target, follow_symlinks=False)
             except FileExistsError:
+                made.pop()  # another's
                 raise Collision(f"{path}: installed by {dist.name} and another distribution") from None
             except OSError:
                 return False
-            made.append(target)
             if not _matches(target, path, digest, size, dist.record, _modes(umask)):
                 return False
-        made = []
+        done = True
         return True
     finally:
-        for target in made:
-            target.unlink()
-        for target in made:
-            _remove_empty_parents(target.parent, folder)
+        if not done:  # none of its files, nor the folders made for them, stays
+            for target in made:
+                target.unlink(missing_ok=True)
+            for target in made:
+                _remove_empty_parents(target.parent, folder)
 
 
 def merge(staging: Path, folder: Path) -> None:
