@@ -5,9 +5,10 @@ The release's pin list (beside this package) is refused if it would bring torch,
 (`RealLoaders.forbidden_pins`); installed into the release's folder as `pip install --no-deps
 --only-binary=:all: --no-compile --target` would, beside the kit's own CPU torch (`install_pins`: each
 pin another finished release folder holds is hard-linked from it and checked against its RECORD, pip
-installs the rest: `reuse`; a vLLM release's pins then take about 5 CPU seconds, not 25); self-checked as every later check runs it (`python -m draftdoctor.realload`: the
-adapter fits, a tiny draft loads); only then is the ready marker written, holding the pin list's digest.
-Its files are then swapped for links to the store of what releases share (linkstore), as make does.
+installs the rest: `reuse`; a vLLM release's pins then take about 5 CPU seconds, not 25); self-checked
+as every later check runs it (`python -m draftdoctor.realload`: the adapter fits, a tiny draft loads);
+only then is the ready marker written, holding the pin list's digest. Its files are then swapped for
+links to the store of what releases share (linkstore), as make does.
 
 A release without a CPU build (an overlay file instead of a pin list: `RealLoaders.overlay`) is installed
 as a copy of its base release's install (hard links; the base installed first when it is not) with the
@@ -42,7 +43,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..toolstate import BUILD, trusted
 from . import reuse
-from .registry import HERE, OVERLAY_RECORD, READY_MARKER, REAL_LOADERS
+from .registry import HERE, OVERLAY_RECORD, READY_MARKER, REAL_LOADERS, releases_dir
 
 STORE = BUILD / "release-store"  # mk/sglang.mk's RELEASE_STORE
 LINKED_MARKER = ".linked"
@@ -168,8 +169,6 @@ def finished_folders(folder: Path, locks: contextlib.ExitStack) -> list[Path]:
     engine's installed releases that are finished (ready marker written) and no overlay, each under its
     install lock, taken without waiting (a folder being installed or replaced is skipped) and held until
     `locks` closes; those already linked to the store first."""
-    from .registry import releases_dir
-
     candidates = [Path(e.path) for e in os.scandir(folder.parent) if e.is_dir(follow_symlinks=False)]
     for name, loaders in REAL_LOADERS.items():
         if loaders.pin_prefix is not None and releases_dir(name).is_dir():
