@@ -190,11 +190,15 @@ def test_only_finished_folders_under_no_install_are_linked_from(tmp_path, source
 
 
 def test_a_pin_is_linked_only_for_its_exact_version_and_a_supported_tag(tmp_path, source):
-    """ddtiny 1.0 is installed in A: not for `ddtiny==2.0`, nor `ddtiny==1.0+cpu`; and not when its WHEEL
-    names a tag this interpreter cannot run."""
+    """ddtiny 1.0 is installed in A: not for `ddtiny==2.0`, nor `ddtiny==1.0+cpu`; and not when its
+    METADATA says another version than its folder's name, or its WHEEL names only a tag this interpreter
+    cannot run."""
     lines = ["ddtiny==2.0", "ddtiny==1.0+cpu", "ddtiny==1.0.0", "ddtiny >= 1.0"]
     found, rest = reuse.plan(lines, [source])
     assert list(found) == ["ddtiny==1.0.0"] and rest == ["ddtiny==2.0", "ddtiny==1.0+cpu", "ddtiny >= 1.0"]
-    wheel = source / "ddtiny-1.0.dist-info" / "WHEEL"
-    wheel.write_text(wheel.read_text().replace("py3-none-any", "cp27-cp27m-win32"))
-    assert reuse.plan(["ddtiny==1.0"], [source]) == ({}, ["ddtiny==1.0"])
+    info = source / "ddtiny-1.0.dist-info"
+    for name, was, now in (("METADATA", "Version: 1.0", "Version: 1.1"), ("WHEEL", "py3-none-any", "cp27-cp27m-win32")):
+        text = (info / name).read_text()
+        (info / name).write_text(text.replace(was, now))  # its folder's name still says 1.0
+        assert reuse.plan(["ddtiny==1.0"], [source]) == ({}, ["ddtiny==1.0"]), name
+        (info / name).write_text(text)
