@@ -12,6 +12,7 @@ The first round's two folders are compared before anything else runs in them: ev
 mode and content; any difference is printed and the exit code is 1. The scratch folders are removed.
 Reads the wheels from pip's index (the build area's pip cache keeps what it downloaded).
 Usage: .venv/bin/python benchmarks/install_reuse.py [--engine vllm] [--release 0.31.0] [--rounds 2]
+       .venv/bin/python benchmarks/install_reuse.py --compare BUILD_A BUILD_B   # every release folder of two
 """
 
 import argparse
@@ -54,9 +55,10 @@ def timed(command: list[str]) -> tuple[float, float, str]:
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall, done.stdout
 
 
-def tree(folder: Path) -> dict[str, tuple]:
-    """Every path under `folder`: its type, mode and content (sha256; a link's target)."""
-    found = {}
+def tree(folder: Path, seen: dict | None = None) -> dict[str, tuple]:
+    """Every path under `folder`: its type, mode and content (sha256, once an inode in `seen`; a link's
+    target)."""
+    found, seen = {}, {} if seen is None else seen
     for where, dirs, files in os.walk(folder):
         for name in dirs + files:
             path = Path(where) / name
@@ -66,7 +68,11 @@ def tree(folder: Path) -> dict[str, tuple]:
             elif stat.S_ISDIR(info.st_mode):
                 what = ("dir",)
             else:
-                what = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+                key = (info.st_dev, info.st_ino)
+                if key not in seen:
+                    with open(path, "rb") as f:
+                        seen[key] = hashlib.file_digest(f, "sha256").hexdigest()
+                what = ("file", seen[key])
             found[str(path.relative_to(folder))] = (*what, oct(stat.S_IMODE(info.st_mode)))
     return found
 
@@ -77,12 +83,30 @@ def differences(a: dict, b: dict) -> list[str]:
             + [f"differs: {p}: {a[p]} / {b[p]}" for p in sorted(a.keys() & b.keys()) if a[p] != b[p]])
 
 
+def compare(a: Path, b: Path) -> int:
+    """Every release folder of two build areas (`sglang/*`, `vllm/*`) compared, as the rounds' folders are."""
+    seen, different = {}, []
+    names = sorted({p.relative_to(root) for root in (a, b) for engine in ("sglang", "vllm")
+                    for p in (root / engine).glob("*") if p.is_dir()})
+    for name in names:
+        found = differences(tree(a / name, seen), tree(b / name, seen))
+        print(f"{name}: {'the same' if not found else f'{len(found)} differences'}")
+        different += [f"{name}: {d}" for d in found]
+    print(*different[:50], sep="\n")
+    return 1 if different or not names else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="vllm")
     parser.add_argument("--release", default="0.31.0")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BUILD_A", "BUILD_B"),
+                        help="instead, compare every release folder of two build areas (the same releases "
+                             "installed with and without linking: `make sglang-loaders vllm-loaders` into each)")
     args = parser.parse_args()
+    if args.compare:
+        return compare(*args.compare)
     from draftdoctor.realload.install import pin_list
 
     pins = pin_list(args.engine, args.release)
