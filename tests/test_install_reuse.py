@@ -54,6 +54,7 @@ def wheels(tmp_path, monkeypatch):
                                      "ddtool-1.0.data/data/share/ddtool/kept.txt": b"kept\n",
                                      "ddtool-1.0.data/data/lib/left_out.so": b"left out by --target\n"},
            executable={"ddtool/run.sh"}, entry_points="[console_scripts]\nddtool = ddtool:main\n")
+    _wheel(folder, "ddshadow", "1.0", {"share/__init__.py": b""})  # a package named as ddtool's data folder
     _wheel(folder, "ddclash", "1.0", {"ddclash.py": b"", "ddshared.txt": b"from ddclash\n"})
     _wheel(folder, "ddother", "1.0", {"ddother.py": b"", "ddshared.txt": b"from ddother\n"})
     monkeypatch.setenv("PIP_NO_INDEX", "1")
@@ -153,6 +154,17 @@ def test_two_wheels_writing_one_path_are_installed_by_pip_alone(tmp_path, wheels
     assert _install(tmp_path, pins, linked, [a]) == 0
     assert _tree(linked) == _tree(plain)
     assert not os.path.samefile(linked / "ddclash.py", a / "ddclash.py")
+
+
+def test_data_named_as_a_package_is_installed_by_pip_alone(tmp_path, source):
+    """ddshadow's package is `share/`, the folder ddtool's data goes to: pip moves the packages into the
+    target first and leaves that data out, so the whole release is pip's (linking ddtool would keep it)."""
+    pins = _pins(tmp_path, "b", "ddtool==1.0", "ddshadow==1.0")
+    plain, linked = tmp_path / "plain" / "b", tmp_path / "linked" / "b"
+    _install(tmp_path, pins, plain, [])
+    assert not (plain / "share" / "ddtool").exists() and (plain / "share" / "__init__.py").exists()
+    assert _install(tmp_path, pins, linked, [source]) == 0
+    assert _tree(linked) == _tree(plain)
 
 
 def test_only_finished_folders_under_no_install_are_linked_from(tmp_path, source, monkeypatch):

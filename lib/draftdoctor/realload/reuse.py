@@ -15,7 +15,7 @@ An installed distribution is taken from a folder when it is what pip would insta
   when the pin names it), and its WHEEL tags include one this interpreter supports;
 - its RECORD gives every file but itself a sha256 and a size, and names no `direct_url.json` (installed
   from a URL, not the index); paths outside the package folder are what `--target` makes of a wheel's
-  scripts and data (`../../bin/x` is `<folder>/bin/x`; under `lib/`, pip leaves them out);
+  scripts and data (`../../bin/x` is `<folder>/bin/x`; under `lib/`, pip leaves them out: `LIB_DIRS`);
 - each file is a regular file with the mode pip gives under this process's umask, and a script pip
   wrote or rewrote (in `bin/`, starting `#!`) starts with this interpreter's `#!` line: a folder
   installed through another path to Python holds other scripts.
@@ -45,6 +45,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)")
+# where `--target` installs packages first (pip's home scheme: lib/python, the platform's platlib dir):
+# a wheel's data under these names it leaves out
+LIB_DIRS = {"lib", sys.platlibdir}
 
 
 class Collision(Exception):
@@ -142,8 +145,8 @@ def check_shadowing(folder: Path) -> None:
                 data.add(path[len("../../"):].split("/", 1)[0])
             elif not path.startswith("../"):
                 packages.add(path.split("/", 1)[0])
-    if packages & (data - {"lib"}):
-        raise Collision(f"{folder}: data of a wheel named as a package: {sorted(packages & (data - {'lib'}))}")
+    if packages & (data - LIB_DIRS):
+        raise Collision(f"{folder}: data of a wheel named as a package: {sorted(packages & (data - LIB_DIRS))}")
 
 
 def _index(source: Path) -> dict[tuple[str, Version], str]:
@@ -196,7 +199,7 @@ def _dist(source: Path, name: str, key: tuple[str, Version], supported: set[str]
             return None
         if path.startswith("../../"):  # a wheel's scripts or data: `--target` keeps them beside the packages
             path = path[len("../../"):]
-            if path.startswith("lib/"):  # ... but for what lies under lib/, which it leaves out
+            if path.split("/", 1)[0] in LIB_DIRS:  # ... but for what lies under lib/, which it leaves out
                 continue
         elif path.startswith("../"):  # under lib/ too
             continue
