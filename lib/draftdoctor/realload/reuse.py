@@ -19,6 +19,8 @@ An installed distribution is taken from a folder when it is what pip would insta
 - each file is a regular file with the mode pip gives under this process's umask, and a script pip
   wrote or rewrote (in `bin/`, starting `#!`) starts with this interpreter's `#!` line: a folder
   installed through another path to Python holds other scripts.
+Two distributions installing one path, or a wheel's data named as a package (`Collision`): what pip
+keeps depends on its order, so the caller installs the release with pip alone.
 The caller (realload.install) names the folders to take from: finished ones (ready marker written),
 each under its install lock taken without waiting (one being installed or removed is skipped), no
 overlay (its package's files differ from its RECORD). The folders were installed by the same kit code,
@@ -176,8 +178,8 @@ def _dist(source: Path, name: str, key: tuple[str, Version], supported: set[str]
     """The distribution `name` in `source` as a Dist when it is what pip would install for `key` here."""
     info = source / name
     try:
-        metadata = BytesHeaderParser().parse(open(info / "METADATA", "rb"))
-        wheel = BytesHeaderParser().parse(open(info / "WHEEL", "rb"))
+        metadata = BytesHeaderParser().parsebytes((info / "METADATA").read_bytes())
+        wheel = BytesHeaderParser().parsebytes((info / "WHEEL").read_bytes())
         record = (info / "RECORD").read_bytes()
         rows = list(csv.reader(io.StringIO(record.decode("utf-8"))))
     except (OSError, UnicodeDecodeError, csv.Error):
