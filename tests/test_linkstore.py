@@ -84,6 +84,11 @@ def test_a_file_that_is_a_store_entry_already_is_not_read_again(tmp_path, monkey
     b = release(tmp_path / "b", {"pkg/new.py": (b"new\n", 0o644)})
     os.link(a / "pkg/same.py", b / "pkg/same.py")
     hashed, real = [], linkstore._entry
-    monkeypatch.setattr(linkstore, "_entry", lambda store, path, mode: hashed.append(path.name) or real(store, path, mode))
+
+    def entry(store, path, mode):
+        hashed.append(path.name)
+        return real(store, path, mode)
+
+    monkeypatch.setattr(linkstore, "_entry", entry)
     assert link(store, b) == (0, 0) and hashed == ["new.py"]
     assert (b / "pkg/new.py").stat().st_nlink == 2 and (b / "pkg/same.py").stat().st_nlink == 3
