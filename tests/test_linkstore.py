@@ -71,3 +71,24 @@ def test_the_installed_releases_are_linked_to_the_store():
             unlinked = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size
                         and "__pycache__" not in p.parts and p.stat().st_nlink < 2]
             assert not unlinked, f"{engine} {version}: {len(unlinked)} files not in the store, e.g. {unlinked[:3]}"
+
+
+def test_a_file_that_is_a_store_entry_already_is_not_read_again(tmp_path, monkeypatch):
+    """A release installed by linking another's files (realload.reuse) holds store entries already: known
+    by their inode, they are not hashed again."""
+    from draftdoctor.realload import linkstore
+
+    store = tmp_path / "store"
+    a = release(tmp_path / "a", {"pkg/same.py": (b"x = 1\n" * 1000, 0o644)})
+    link(store, a)
+    b = release(tmp_path / "b", {"pkg/new.py": (b"new\n", 0o644)})
+    os.link(a / "pkg/same.py", b / "pkg/same.py")
+    hashed, real = [], linkstore._entry
+
+    def entry(store, path, mode):
+        hashed.append(path.name)
+        return real(store, path, mode)
+
+    monkeypatch.setattr(linkstore, "_entry", entry)
+    assert link(store, b) == (0, 0) and hashed == ["new.py"]
+    assert (b / "pkg/new.py").stat().st_nlink == 2 and (b / "pkg/same.py").stat().st_nlink == 3

@@ -2,10 +2,13 @@
 and `draftdoctor loaders install ENGINE==RELEASE` (an installed kit has no Makefile).
 
 The release's pin list (beside this package) is refused if it would bring torch, CUDA wheels or kernels
-(`RealLoaders.forbidden_pins`); installed `--no-deps --target` into the release's folder, beside the
-kit's own CPU torch; self-checked as every later check runs it (`python -m draftdoctor.realload`: the
-adapter fits, a tiny draft loads); only then is the ready marker written, holding the pin list's digest.
-Its files are then swapped for links to the store of what releases share (linkstore), as make does.
+(`RealLoaders.forbidden_pins`); installed into the release's folder as `pip install --no-deps
+--only-binary=:all: --no-compile --target` would, beside the kit's own CPU torch (`install_pins`: each
+pin another finished release folder holds is hard-linked from it and checked against its RECORD, pip
+installs the rest: `reuse`; a vLLM release's pins then take about 5 CPU seconds, not 25); self-checked
+as every later check runs it (`python -m draftdoctor.realload`: the adapter fits, a tiny draft loads);
+only then is the ready marker written, holding the pin list's digest. Its files are then swapped for
+links to the store of what releases share (linkstore), as make does.
 
 A release without a CPU build (an overlay file instead of a pin list: `RealLoaders.overlay`) is installed
 as a copy of its base release's install (hard links; the base installed first when it is not) with the
@@ -19,7 +22,8 @@ One install of a release at a time, whoever runs it: each holds the release's lo
 second install waits for the first and then finds its folder finished for the same pin list, which it
 keeps: a finished install is never removed by another (two at once had removed one another's folder
 during the self-check). Only a folder no install finished for these pins (a dead install's leftovers,
-another pin list's) is replaced.
+another pin list's) is replaced. An install links files only from folders whose lock it took without
+waiting (`finished_folders`), and holds those locks until it has linked: none is replaced meanwhile.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..toolstate import BUILD, trusted
-from .registry import HERE, OVERLAY_RECORD, READY_MARKER, REAL_LOADERS
+from . import reuse
+from .registry import HERE, OVERLAY_RECORD, READY_MARKER, REAL_LOADERS, releases_dir
 
 STORE = BUILD / "release-store"  # mk/sglang.mk's RELEASE_STORE
 LINKED_MARKER = ".linked"
@@ -108,9 +113,7 @@ def install(engine_name: str, release: str, folder: Path | None = None, link: bo
         shutil.rmtree(folder, ignore_errors=True)
         log = folder.with_name(folder.name + ".log")
         if base is None:
-            _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                  "--only-binary=:all:", "--no-compile", "--target", str(folder), "-r", str(pins)], log,
-                 f"pip could not install {engine_name} {release}")
+            install_pins(pins, folder, log, f"pip could not install {engine_name} {release}")
         else:
             _install_overlay(engine_name, release, overlay, (base_release, base), folder, log)
         _run([sys.executable, "-m", "draftdoctor.realload", engine_name, release, str(folder)], log,
@@ -124,6 +127,71 @@ def install(engine_name: str, release: str, folder: Path | None = None, link: bo
             link_files(STORE, folder)
             (folder / LINKED_MARKER).touch()
     return folder, True
+
+
+def install_pins(pins: Path, folder: Path, log: Path, failure: str, sources: list[Path] | None = None) -> int:
+    """`pins` installed into the new `folder` as `pip install --no-deps --only-binary=:all: --no-compile
+    --target` alone would: each pin a finished release folder holds linked from it (`reuse`; from
+    `sources`, default `finished_folders`), pip for the rest (into a folder beside, moved in after); pip
+    for all of them when two would install one path. Returns how many pins were linked."""
+    lines = [line for line in pins.read_text().splitlines() if line.split("#", 1)[0].strip()]
+    staging = folder.with_name(folder.name + ".pip")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with contextlib.ExitStack() as locks:
+            found, rest = reuse.plan(lines, sources if sources is not None else finished_folders(folder, locks))
+            folder.mkdir(exist_ok=True)
+            linked = [line for line, dist in found.items() if reuse.link(dist, folder)]
+        if not linked:
+            _pip(["-r", str(pins)], folder, log, failure)
+            return 0
+        rest = [re.sub(r"(^|\s+)#.*$", "", line).strip() for line in lines if line not in linked]  # pip's comments
+        if rest:
+            _pip(rest, staging, log, failure)
+            reuse.merge(staging, folder)
+        reuse.check_shadowing(folder)
+        return len(linked)
+    except reuse.Collision:
+        shutil.rmtree(folder, ignore_errors=True)
+        _pip(["-r", str(pins)], folder, log, failure)
+        return 0
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _pip(requirements: list[str], target: Path, log: Path, failure: str) -> None:
+    _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+          "--only-binary=:all:", "--no-compile", "--target", str(target), *requirements], log, failure)
+
+
+def finished_folders(folder: Path, locks: contextlib.ExitStack) -> list[Path]:
+    """The release folders a new install into `folder` may link files from: its siblings and every
+    engine's installed releases that are finished (ready marker written) and no overlay, each under its
+    install lock, taken without waiting (a folder being installed or replaced is skipped) and held until
+    `locks` closes; those already linked to the store first."""
+    candidates = [Path(e.path) for e in os.scandir(folder.parent) if e.is_dir(follow_symlinks=False)]
+    for name, loaders in REAL_LOADERS.items():
+        if loaders.pin_prefix is not None and releases_dir(name).is_dir():
+            candidates += [Path(e.path) for e in os.scandir(releases_dir(name)) if e.is_dir(follow_symlinks=False)]
+    found, seen = [], {os.path.realpath(folder)}
+    for candidate in candidates:
+        real = os.path.realpath(candidate)
+        if real in seen or not (candidate / READY_MARKER).is_file():
+            continue
+        seen.add(real)
+        try:
+            trusted(candidate, "a release folder to link from")
+            fd = os.open(candidate.with_name(candidate.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except (UserError, OSError):
+            continue
+        locks.callback(os.close, fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        if (candidate / READY_MARKER).is_file() and not (candidate / OVERLAY_RECORD).exists():
+            found.append(candidate)
+    return sorted(found, key=lambda f: not (f / LINKED_MARKER).exists())
 
 
 def _install_overlay(engine_name: str, release: str, requirement: str, base: tuple[str, Path], folder: Path,

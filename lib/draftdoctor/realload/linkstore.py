@@ -9,7 +9,8 @@ inode is never changed through one release under another's feet.
 
 Safe with concurrent installs (`make -j3`): store entries appear by atomic `link`, files are swapped for
 links by atomic `rename`. Entries no release links to any more (a reinstalled or deleted release) are
-pruned first.
+pruned first. A file that is a store entry already (linked from a release in the store when installed:
+realload.reuse) is known by its inode and not read again.
 
     python -m draftdoctor.realload.linkstore STORE FOLDER
 """
@@ -36,13 +37,27 @@ def prune(store: Path) -> int:
     return removed
 
 
+def _inodes(store: Path) -> set[tuple[int, int]]:
+    """The store's entries as (device, inode): a file that is one of them is linked already (a rerun, or a
+    file an install linked from a release in the store: realload.reuse)."""
+    found = set()
+    for entry in store.glob("*/*"):
+        try:
+            st = entry.lstat()
+        except FileNotFoundError:  # pruned meanwhile
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
+
+
 def link(store: Path, folder: Path) -> tuple[int, int]:
     """Replace each regular file under `folder` by a hard link to its store entry (adding the entry
     when the content is new); returns (files now shared with another release, bytes saved)."""
     shared = saved = 0
+    entries = _inodes(store)
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
         st = path.lstat()
-        if st.st_size == 0:
+        if st.st_size == 0 or (st.st_dev, st.st_ino) in entries:  # empty, or a store entry already (not hashed)
             continue
         entry = _entry(store, path, st.st_mode)
         entry.parent.mkdir(parents=True, exist_ok=True)
