@@ -52,7 +52,7 @@ $(VENV)/.venv-complete: $(VENV)/.setup-done
 
 # What the tests need (mk/*.mk add theirs). What needs only the bare venv (EARLY_NEEDS: llama.cpp's build) starts
 # at once, beside the venv's own installs (pip mostly keeps one core busy); the rest (TEST_NEEDS: the release
-# installs, unpacking wheels: CPU-bound, two at a time) once the venv is complete. While they are made, the
+# installs: pip reading its index, the self-checks, CPU-bound, two at a time) once the venv is complete. While they are made, the
 # first tier runs: every test that needs no engine release, no browser and not the whole story (`make
 # test-fast`'s), with the releases hidden (an empty folder in their place) so that `--loader auto` answers alike
 # whichever install has finished; then the second tier, the rest. The suite on two workers (pytest-xdist; tests
