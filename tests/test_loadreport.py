@@ -59,7 +59,7 @@ def test_each_record_class_s_field_types_are_evaluated_once(monkeypatch):
     evaluated = []
     hints = loadreport.typing.get_type_hints
     monkeypatch.setattr(loadreport.typing, "get_type_hints", lambda cls: evaluated.append(cls) or hints(cls))
-    monkeypatch.setattr(loadreport, "_HINTS", {}, raising=False)
+    loadreport._hints.cache_clear()
     wire = json.loads(json.dumps(a_report().to_wire()))
     assert LoadReport.from_wire(wire) == LoadReport.from_wire(wire) == a_report()
     assert evaluated and len(evaluated) == len(set(evaluated))

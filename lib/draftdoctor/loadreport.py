@@ -16,6 +16,7 @@ beside a pinned release's packages.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -243,12 +244,15 @@ def _kind(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
-_HINTS: dict[type, dict] = {}  # each record class's field types, evaluated once (a report has dozens of records)
+@functools.cache
+def _hints(cls) -> dict:
+    """A record class's field types, evaluated once (a report has dozens of records)."""
+    return typing.get_type_hints(cls)
 
 
 def _record(cls, values: dict, where: str, partial: bool):
     """`cls` (a dataclass of this module) from a dict of plain values, every field checked."""
-    hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))
+    hints = _hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in values if k not in known]
     if unknown:

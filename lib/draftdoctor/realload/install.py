@@ -139,7 +139,7 @@ def install_pins(pins: Path, folder: Path, log: Path, failure: str, sources: lis
     shutil.rmtree(staging, ignore_errors=True)
     try:
         with contextlib.ExitStack() as locks:
-            found, rest = reuse.plan(lines, sources if sources is not None else finished_folders(folder, locks))
+            found, _ = reuse.plan(lines, sources if sources is not None else finished_folders(folder, locks))
             folder.mkdir(exist_ok=True)
             linked = [line for line, dist in found.items() if reuse.link(dist, folder)]
         if not linked:
