@@ -8,6 +8,8 @@ folder under build/, then in this one run times, as subprocesses:
             checks, and `check` on DST with the default loader (auto: SGLang 0.5.10's own loader through
             a warm worker where that release is installed, else the replay). No --target, so no
             prediction of acceptance: a prediction runs the draft on a target's weights;
+  - bare:   fix's copy-and-compare method alone (BARE below: the same bytes copied and compared the way
+            rewriter does, in a process with no kit): the floor under fix's ratio to cp;
   - script: the story's script, safetensors load_file -> rename layers.0. -> midlayer. -> save_file
             (torch; run with this venv's python).
 After one uncounted run each of cp and fix (a VM hands memory back lazily, so first runs pay more; fix's
@@ -20,7 +22,7 @@ same state: SRC in the page cache, nothing waiting to be written. (Keeping the o
 output made the sync before a run write 1.9 GB, 0.5 s here, and the run after it, still competing
 with the host's write-back, took 2-6x as long.) Each run is measured by a wrapper process (wall time around the child; CPU time and peak RSS from getrusage(RUSAGE_CHILDREN),
 whose RSS includes the few MB the child inherits from the wrapper before exec).
-Prints medians and the ratios to cp (wall time, and CPU time: on a busy machine the wall-time ratio
+Prints medians and the ratios to cp, bare / cp and fix / bare (wall time, and CPU time: on a busy machine the wall-time ratio
 drifts toward the CPU-time one); targets: fix <= 1.2x cp wall time, fix peak RSS <= 80 MB.
 --against LIB adds `before`: the same fix command run with PYTHONPATH=LIB (another checkout's lib/,
 say the code before a change), in the rotation with cp and fix (each round in turn forwards and
@@ -43,6 +45,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from draftdoctor import rewriter
 from draftdoctor.synth import LLAMA_8B, write_draft
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +68,46 @@ src, dst = sys.argv[1], sys.argv[2]
 tensors = load_file(src)
 tensors = {k.replace("layers.0.", "midlayer."): v for k, v in tensors.items()}
 save_file(tensors, dst, metadata={"format": "pt"})
+"""
+
+# fix's copy-and-compare method alone, as a whole process and with no kit: the shard's bytes copied by
+# copy_file_range in CHUNK steps while a second thread reads each copied chunk back from SRC and DST in
+# COMPARE_PIECE pieces and compares them, at most VERIFY_LAG chunks behind (rewriter's constants, passed
+# in). The floor of what `fix` does: the same bytes moved and verified the same way, with no plan, no
+# imports, no value checks and no `check` on DST.
+BARE = """
+import os, queue, sys, threading
+src, dst, chunk, piece, lag = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+sfd = os.open(src, os.O_RDONLY)
+dfd = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+size = os.fstat(sfd).st_size
+copied = queue.Queue(lag)
+bad = []
+
+def compare():
+    a, b = bytearray(piece), bytearray(piece)
+    while (item := copied.get()) is not None:
+        off, n = item
+        for start in range(off, off + n, piece):
+            k = min(piece, off + n - start)
+            got = os.preadv(dfd, [memoryview(b)[:k]], start)
+            want = os.preadv(sfd, [memoryview(a)[:k]], start)
+            if got != k or want != k or (b if k == piece else b[:k]) != (a if k == piece else a[:k]):
+                bad.append(start)
+
+checker = threading.Thread(target=compare)
+checker.start()
+off = 0
+while off < size:
+    n = min(chunk - off % chunk, size - off)
+    done = 0
+    while done < n:
+        done += os.copy_file_range(sfd, dfd, n - done, off + done, off + done)
+    copied.put((off, n))
+    off += n
+copied.put(None)
+checker.join()
+sys.exit(1 if bad else 0)
 """
 
 # `draftdoctor fix` as the console script runs it, with its steps timed from inside: perf_counter and
@@ -169,6 +212,8 @@ def main():
             "cp": lambda out: ["cp", str(src / "model.safetensors"), str(out)],
             "fix": lambda out: [str(BIN / "draftdoctor"), "fix", str(src), "--engine", "sglang==0.5.10", "--out", str(out)],
             "script": lambda out: [sys.executable, "-c", STORY_SCRIPT, str(src / "model.safetensors"), str(out)],
+            "bare": lambda out: [sys.executable, "-c", BARE, str(src / "model.safetensors"), str(out),
+                                 str(rewriter.CHUNK), str(rewriter.COMPARE_PIECE), str(rewriter.VERIFY_LAG)],
         }
         envs = {name: None for name in commands}
         if args.against:
@@ -181,11 +226,11 @@ def main():
 
         print(f"fix verifies with the {chosen_loader(resolve_engine('sglang==0.5.10'), 'auto')} loader (auto)")
         runs = {name: [] for name in commands}
-        paired = ["cp", "fix"] + (["before"] if args.against else [])
+        paired = ["cp", "bare", "fix"] + (["before"] if args.against else [])
         order = [name for i in range(args.repeat) for name in (paired, paired[::-1])[i % 2]]
         for name in paired:  # warm-up, not counted: the first runs pay for memory the VM hands back lazily
             first = measure(commands[name](fresh_output(work, name)), envs[name])
-            if name != "cp":  # a release's worker is its code's: another lib starts its own
+            if name in ("fix", "before"):  # a release's worker is its code's: another lib starts its own
                 print(f"first {name} (starts the real-loader worker if none runs): {first['wall']:.2f} s")
         print()
         for name in order + ["script"] * args.repeat:
@@ -193,9 +238,10 @@ def main():
         report(runs)
         if args.stages:
             floor = statistics.median(measure([sys.executable, "-c", "pass"])["wall"] for _ in range(args.repeat))
-            staged = {name: [] for name in paired[1:]}
+            kit = [name for name in paired if name in ("fix", "before")]
+            staged = {name: [] for name in kit}
             for i in range(args.repeat):
-                for name in (paired[1:], paired[:0:-1])[i % 2]:
+                for name in (kit, kit[::-1])[i % 2]:
                     out = fresh_output(work, name)
                     os.sync()
                     proc = subprocess.run([sys.executable, "-c", STAGES, *commands[name](out)[1:]],
@@ -227,6 +273,10 @@ def report(runs: dict) -> None:
     print(f"fix / cp CPU time (user+sys) of adjacent runs: {cpu_ratio:.2f}x (what a busy machine's wall time tends to)")
     fastest = min(r["wall"] for r in runs["fix"]) / min(r["wall"] for r in runs["cp"])
     print(f"fastest fix / fastest cp (the VM's slow spells only ever add time): {fastest:.2f}x")
+    bare = statistics.median(b["wall"] / c["wall"] for b, c in zip(runs["bare"], runs["cp"]))
+    over = statistics.median(f["wall"] / b["wall"] for f, b in zip(runs["fix"], runs["bare"]))
+    print(f"bare copy-and-compare / cp of adjacent runs: {bare:.2f}x (fix's method alone: the floor under its "
+          f"ratio); fix / bare: {over:.2f}x (what the kit adds to it)")
     if "before" in runs:
         walls = statistics.median(f["wall"] / b["wall"] for f, b in zip(runs["fix"], runs["before"]))
         cpus = statistics.median(f["cpu"] / b["cpu"] for f, b in zip(runs["fix"], runs["before"]))
