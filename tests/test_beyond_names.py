@@ -57,14 +57,14 @@ def test_check_flags_each_case_with_its_code(results):
 
 def test_norm_before_residual_costs_the_later_positions(results):
     fixed, nbr, control = (results[n].measurement for n in ("fixed draft", "nbr draft", "nbr draft as trained"))
-    assert fixed.step_accept_length >= 3.0
+    assert fixed.served_accept_length >= 3.0
     # SGLang's computation: the first draft token mostly survives, the chain does not
-    assert nbr.step_accept_length <= fixed.step_accept_length - 0.8
+    assert nbr.served_accept_length <= fixed.served_accept_length - 0.8
     later = [c / nbr.spec_verify_ct for c in nbr.accepted_per_position[2:]]
-    assert max(later) <= 0.05
+    assert all(n <= f / fixed.spec_verify_ct / 3 for n, f in zip(later, fixed.accepted_per_position[2:]))
     assert nbr.accepted_per_position[0] / nbr.spec_verify_ct >= 0.6
     # the same weights computed as trained are as good as the baseline: the loss is the engine's
-    assert abs(control.step_accept_length - fixed.step_accept_length) <= 0.25
+    assert abs(control.served_accept_length - fixed.served_accept_length) <= 0.25
 
 
 def test_aux_ids_at_top_level_cannot_run_on_a_six_layer_target(results):
@@ -80,11 +80,11 @@ def test_aux_ids_at_top_level_cannot_run_on_a_six_layer_target(results):
 
 def test_unconverted_aux_ids_cost_little_here(results):
     """One layer up from each trained layer (2, 4, 5 for 1, 3, 4): on this tiny target it lowers
-    acceptance a little (measured 3.09 -> 2.97 on 16 prompts), far less than a lost layer: the claim
+    acceptance a little (measured 3.24 -> 3.10 on 16 prompts, as `bench` counts), far less than a lost layer: the claim
     the notebook makes, and no more."""
     fixed, off = results["fixed draft"], results["aux ids unconverted"]
     assert off.capture == (2, 4, 5)
-    loss = fixed.measurement.step_accept_length - off.measurement.step_accept_length
+    loss = fixed.measurement.served_accept_length - off.measurement.served_accept_length
     assert -0.05 <= loss <= 0.3, loss
 
 

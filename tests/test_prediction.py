@@ -73,8 +73,7 @@ def test_the_prediction_is_what_the_reference_engine_measures(engine, draft, fix
     predicted = report.prediction
     target = TargetModel.from_dir(TARGET, torch.float64)
     with one_thread():
-        measured = run_prompts(target, place(check(path, engine), target), tokenized_prompts(DEMO, 12), 32, 4,
-                               eos_token_id=2)
+        measured = run_prompts(target, place(check(path, engine), target), tokenized_prompts(DEMO, 12), 32, 4)
     how = {"before_stop": measured.accept_length_before_stop, "emitted": measured.step_accept_length}
     assert predicted.verify_steps == measured.spec_verify_ct
     assert predicted.accept_length == pytest.approx(how[predicted.counted], abs=1e-12)

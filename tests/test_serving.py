@@ -154,6 +154,31 @@ def test_broken_draft_gives_accept_length_one(tmp_path):
     assert runs[0].log_accept_length is not None and runs[0].log_accept_length <= 1.05
 
 
+def test_the_in_process_measurement_is_what_bench_reports(fixed_draft, tmp_path):
+    """The docs' tables of what defects cost (`reference.value_costs`, `beyond_names`) measure in process
+    with `run_prompts`; they must be `bench`'s numbers for the same draft and prompts (the requests stop
+    at the target's end-of-sequence token as the server's do; the drafts are counted as the engine's
+    counters count them). Without the stop, the trained demo draft measured 3.07 in process, 3.08 served."""
+    import torch
+
+    from draftdoctor.diagnose import check
+    from draftdoctor.eagle.llama import TargetModel
+    from draftdoctor.eagle.loading import place
+    from draftdoctor.reference.acceptance import one_thread, run_prompts, tokenized_prompts
+
+    engine = resolve_engine("sglang==0.5.10")
+    bench_drafts("reference", str(DEMO / "target"), [("after", str(fixed_draft))], tmp_path, PROMPTS[:12],
+                 engine=engine, max_new_tokens=48, predict=False)
+    served = json.loads((tmp_path / "results.json").read_text())["runs"][0]
+    target = TargetModel.from_dir(DEMO / "target", torch.float32)
+    with one_thread():
+        m = run_prompts(target, place(check(fixed_draft, engine, loader="replay"), target),
+                        tokenized_prompts(DEMO, 12), 48, 4)
+    assert (m.spec_verify_ct, m.served_accept_length) == (served["verify_steps"], pytest.approx(served["accept_length"]))
+    assert [c / m.spec_verify_ct for c in m.counted] == pytest.approx(served["per_position"])
+    assert m.strict_accept_rate == pytest.approx(served["accept_rate"])
+
+
 def test_refused_config_crashes_like_sglang_with_its_message(tmp_path):
     with pytest.raises(ServerCrashed) as e:
         with serve("reference", config(DEMO / "draft-speculators"), tmp_path / "s.log", engine=resolve_engine("sglang==0.5.23")):

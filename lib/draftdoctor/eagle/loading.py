@@ -49,6 +49,7 @@ class LoadedDraft:
     chain_offset: int  # rope position of draft chain step i is committed + chain_offset + i
     drafts_within_budget: bool = False  # ServedDraft.drafts_within_budget
     aux_repeats: bool = False  # AuxCapture.aux_repeats: a layer named twice is captured twice
+    counts_accepted: str = "before_stop"  # ServedDraft.counts_accepted: which accepted drafts its counters count
 
     def speculate(self, target: TargetModel, prompt_ids: list[int], max_new_tokens: int, num_steps: int,
                   eos_token_id: int | None = None, draft: EagleDraft | None = None):
@@ -117,7 +118,8 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
             draft.params[p.name] = target.head
     aux, serving = profile.aux, profile.serving
     return LoadedDraft(draft, report, aux.captured_layers(checkpoint.config, target.n_layers), written,
-                       serving.chain_position_offset, serving.drafts_within_budget, aux.aux_repeats)
+                       serving.chain_position_offset, serving.drafts_within_budget, aux.aux_repeats,
+                       serving.counts_accepted)
 
 
 # torch's view of each safetensors dtype a draft holds

@@ -40,6 +40,8 @@ class Measurement:
     spec_verify_ct: int
     accepted_per_position: list[int]  # as emitted (SGLang's log line)
     accepted_before_stop: list[int]  # as the target accepted them, stop or not (vLLM's counters)
+    accepted_before_eos: list[int]  # those before an accepted end-of-sequence token (llama.cpp's counters)
+    counts_accepted: str = "before_stop"  # which of them the emulated engine's counters count
 
     @property
     def accept_length(self) -> float:
@@ -57,15 +59,30 @@ class Measurement:
         return 1 + sum(self.accepted_before_stop) / self.spec_verify_ct
 
     @property
+    def counted(self) -> list[int]:
+        """Accepted drafts per position as the emulated engine's counters count them
+        (`ServedDraft.counts_accepted`)."""
+        return {"before_stop": self.accepted_before_stop, "before_eos": self.accepted_before_eos,
+                "emitted": self.accepted_per_position}[self.counts_accepted]
+
+    @property
+    def served_accept_length(self) -> float:
+        """1 + counted accepted drafts per verify step: the accept length `bench` reports for the emulated
+        engine, and the one its prediction predicts."""
+        return 1 + sum(self.counted) / self.spec_verify_ct
+
+    @property
     def strict_accept_rate(self) -> float:
-        return sum(self.accepted_per_position) / (self.spec_verify_ct * len(self.accepted_per_position))
+        """Counted accepted drafts per drafted token (`counted`), as `bench` reports it."""
+        return sum(self.counted) / (self.spec_verify_ct * len(self.counted))
 
     @classmethod
-    def of(cls, results: list[GenerateResult]) -> "Measurement":
+    def of(cls, results: list[GenerateResult], counts_accepted: str = "before_stop") -> "Measurement":
         return cls(len(results), sum(r.completion_tokens for r in results),
                    sum(r.spec_verify_ct for r in results),
                    [sum(c) for c in zip(*(r.accepted_per_position for r in results))],
-                   [sum(c) for c in zip(*(r.accepted_before_stop for r in results))])
+                   [sum(c) for c in zip(*(r.accepted_before_stop for r in results))],
+                   [sum(c) for c in zip(*(r.accepted_before_eos for r in results))], counts_accepted)
 
 
 @contextmanager
@@ -89,19 +106,22 @@ def tokenized_prompts(data_dir: Path, n_prompts: int | None = None) -> list[list
 
 
 def run_prompts(target: TargetModel, loaded: LoadedDraft, prompts: list[list[int]], max_new_tokens: int,
-                num_steps: int, draft: EagleDraft | None = None, eos_token_id: int | None = None) -> Measurement:
+                num_steps: int, draft: EagleDraft | None = None) -> Measurement:
     """Measurement of the loaded draft (or `draft` in its place, run as `loaded` says) speculating for
-    `target` over `prompts`, one request at a time."""
-    return Measurement.of([loaded.speculate(target, p, max_new_tokens, num_steps, eos_token_id, draft) for p in prompts])
+    `target` over `prompts`, one request at a time, each stopping at the target's end-of-sequence token
+    as the reference server's requests do (so that the two measure the same thing)."""
+    eos = target.config.get("eos_token_id")
+    return Measurement.of([loaded.speculate(target, p, max_new_tokens, num_steps, eos, draft) for p in prompts],
+                          loaded.counts_accepted)
 
 
 def measure(target: TargetModel, draft_dir, engine: EngineRelease, prompts: list[list[int]], max_new_tokens: int,
-            num_steps: int, loader: str = "replay", eos_token_id: int | None = None) -> tuple[int, Measurement]:
+            num_steps: int, loader: str = "replay") -> tuple[int, Measurement]:
     """(parameters written, Measurement) of `draft_dir` served by `engine`; LoadRefused if it would not start."""
     from draftdoctor.diagnose import check
 
     loaded = place(check(draft_dir, engine, loader=loader), target)
-    return len(loaded.written), run_prompts(target, loaded, prompts, max_new_tokens, num_steps, eos_token_id=eos_token_id)
+    return len(loaded.written), run_prompts(target, loaded, prompts, max_new_tokens, num_steps)
 
 
 def demo_cases(data_dir: Path, workdir: Path, n_prompts: int | None = None, max_new_tokens: int = 48,
@@ -145,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case:40s} {outcome}")
             continue
         written, m = outcome
-        per_pos = ", ".join(f"{c / m.spec_verify_ct:.2f}" for c in m.accepted_per_position)
-        print(f"{case:40s} written {written:2d}/11  accept len {m.step_accept_length:.2f} "
-              f"(meta_info {m.accept_length:.2f})  strict accept rate "
+        per_pos = ", ".join(f"{c / m.spec_verify_ct:.2f}" for c in m.counted)
+        print(f"{case:40s} written {written:2d}/11  accept len {m.served_accept_length:.2f} "
+              f"(log line {m.step_accept_length:.2f}, meta_info {m.accept_length:.2f})  strict accept rate "
               f"{m.strict_accept_rate:.2f}  per position [{per_pos}]")
     return 0
 

@@ -95,16 +95,16 @@ class CaseResult:
         return sorted({f.code for f in self.findings})
 
     def summary(self) -> dict:
-        """Plain values for tables and charts (accept_length: tokens per verify step, the log line's formula)."""
+        """Plain values for tables and charts (accept_length: as `bench` reports it, `Measurement.served_accept_length`)."""
         m = self.measurement
         return {
             "name": self.case.name,
             "flagged": ", ".join(self.codes) or "nothing",
             "aux ids in config": f"{self.aux_ids[0]} ({self.aux_ids[1]})",
             "captured layers": list(self.capture),
-            "accept_length": round(m.step_accept_length, 3) if m else None,
+            "accept_length": round(m.served_accept_length, 3) if m else None,
             "accept_rate": round(m.strict_accept_rate, 3) if m else None,
-            "per_position": [round(c / m.spec_verify_ct, 3) for c in m.accepted_per_position] if m else None,
+            "per_position": [round(c / m.spec_verify_ct, 3) for c in m.counted] if m else None,
             "error": self.error,
             "about": self.case.about,
         }

@@ -147,7 +147,7 @@ def measure(data_dir, workdir, engine: EngineRelease | None = None, n_prompts: i
         with one_thread():
             m = run_prompts(target, loaded, prompts, max_new_tokens, num_steps)
         rows.append({"case": name, "check": f"{worst.severity} {worst.code}" if worst else "nothing",
-                     "exit": 1 if report.errors else 0, "accept_length": round(m.step_accept_length, 3)})
+                     "exit": 1 if report.errors else 0, "accept_length": round(m.served_accept_length, 3)})
     return rows
 
 
