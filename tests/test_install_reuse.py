@@ -214,3 +214,20 @@ def test_a_pin_is_linked_only_for_its_exact_version_and_a_supported_tag(tmp_path
         (info / name).write_text(text.replace(was, now))  # its folder's name still says 1.0
         assert reuse.plan(["ddtiny==1.0"], [source]) == ({}, ["ddtiny==1.0"]), name
         (info / name).write_text(text)
+
+
+def test_a_release_lock_held_elsewhere_is_waited_for_and_says_who_may_hold_it(tmp_path):
+    """An install of another release holds this release's lock while it links files from it
+    (`finished_folders`): the install waiting for it says so, not only "another install of it"."""
+    other = os.open(tmp_path / "0.1.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(other, fcntl.LOCK_EX)  # another open file: as another process's lock, to flock
+    said = []
+
+    def waiting():
+        said.append(installing.waiting_note("vllm", "0.1"))
+        os.close(other)  # that install finishes
+
+    with installing._release_lock(tmp_path / "0.1", waiting):
+        said.append("locked")
+    assert said == ["waiting for vllm 0.1's install lock: another process is installing it, or installing "
+                    "another release with files linked from it", "locked"]

@@ -7,7 +7,7 @@ import sys
 
 from ..errors import UserError
 from ..exits import EXIT_FINDINGS, EXIT_OK
-from ..realload.install import InstallFailed, install, pin_list
+from ..realload.install import InstallFailed, install, pin_list, waiting_note
 from ..realload.registry import REAL_LOADERS, installed_releases
 from .render import safe, table
 
@@ -39,7 +39,7 @@ def run(args, out) -> int:
         sys.stderr.write(f"[loaders] installing {engine} {release} (pip, then its self-check)\n")
         try:
             folder, fresh = install(engine, release, waiting=lambda: sys.stderr.write(
-                f"[loaders] waiting for another install of {engine} {release} to finish\n"))
+                f"[loaders] {waiting_note(engine, release)}\n"))
         except InstallFailed as e:
             out.write(f"{engine} {release}: FAILED: {safe(e)}\n")
             return EXIT_FINDINGS

@@ -139,7 +139,7 @@ def markdown(engine_name: str, release: str, rows: list[dict], machine: str) -> 
 def main(argv=None) -> int:
     import platform
 
-    from ..realload.install import install
+    from ..realload.install import install, waiting_note
     from . import differential
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     folder, _ = install(args.engine, args.release, folder=proof_folder(args.engine) / args.release,
                         overlay=f"{args.engine}=={args.release}",
-                        waiting=lambda: print(f"waiting for another install of {args.release}", file=sys.stderr))
+                        waiting=lambda: print(waiting_note(args.engine, args.release), file=sys.stderr))
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     with tempfile.TemporaryDirectory(prefix="draftdoctor-overlay-proof-") as work:

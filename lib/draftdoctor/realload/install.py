@@ -292,6 +292,13 @@ def lay_over(folder: Path, wheel: Path) -> dict:
             "compiled_left_out": left_out}
 
 
+def waiting_note(engine_name: str, release: str) -> str:
+    """What an install says while its release's lock is held elsewhere: by another install of that
+    release, or by an install of another release linking files from it (`finished_folders`)."""
+    return (f"waiting for {engine_name} {release}'s install lock: another process is installing it, "
+            "or installing another release with files linked from it")
+
+
 @contextlib.contextmanager
 def _release_lock(folder: Path, waiting=None):
     """The release's install lock, held for the block (released if the process dies): `<folder>.lock`
@@ -337,7 +344,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         install(args.engine, args.release, args.folder, link=not args.no_link,
-                waiting=lambda: sys.stderr.write(f"waiting for another install of {args.engine} {args.release}\n"))
+                waiting=lambda: sys.stderr.write(waiting_note(args.engine, args.release) + "\n"))
     except (UserError, InstallFailed) as e:
         sys.stderr.write(f"{e}\n")
         return 1
