@@ -141,6 +141,19 @@ def test_trained_drafts_pass_and_norms_at_one_are_no_error(fixed, tmp_path):
         assert report.verdict.startswith("loads cleanly") and "predicted accept length" in report.verdict
 
 
+def _d2t_absolute(t):  # target ids saved where offsets (target id - draft id) belong
+    t["d2t"] = t["d2t"] + np.arange(len(t["d2t"]))
+
+
+def test_a_vocabulary_map_beyond_the_target_is_said_not_raised(fixed, tmp_path):
+    """A d2t that maps draft ids past the target's vocabulary: the engine indexes its embedding with them at
+    the next draft step. The prediction says it cannot run it, beside the rule's error, and raises nothing."""
+    report = check(_variant(fixed, tmp_path / "draft", _d2t_absolute), "sglang==0.5.10", target=TARGET)
+    assert {f.code for f in report.errors} == {"vocab-map-invalid"} and report.prediction is None
+    [said] = [f.message for f in report.findings if f.code == "not-checked"]
+    assert "outside the target's vocabulary 0..113" in said, said
+
+
 def test_fix_refuses_what_predicts_nothing_and_says_the_prediction(fixed, tmp_path):
     glorot = _variant(fixed, tmp_path / "glorot", _glorot_layer)
     done = subprocess.run([str(CLI), "fix", str(glorot), "--engine", "sglang==0.5.23", "--target", str(TARGET),
