@@ -154,6 +154,17 @@ def test_a_vocabulary_map_beyond_the_target_is_said_not_raised(fixed, tmp_path):
     assert "outside the target's vocabulary 0..113" in said, said
 
 
+def test_a_t2d_no_engine_reads_is_outranked_by_a_prediction_that_works(fixed, tmp_path):
+    """A t2d at odds with a well-formed d2t: every engine skips t2d, so without a target it is an error (d2t may
+    be the wrong one), and beside a prediction that the draft as loaded works, a warning."""
+    variant = _variant(fixed, tmp_path / "draft", lambda t: t.update(t2d=~t["t2d"]))
+    assert "vocab-map-invalid" in {f.code for f in check(variant, "sglang==0.5.10", predict=False).errors}
+    report = check(variant, "sglang==0.5.10", target=TARGET)
+    assert report.errors == [] and report.prediction.works, [f.line() for f in report.errors]
+    [said] = [f for f in report.findings if f.code == "vocab-map-invalid"]
+    assert said.severity == "warning" and "yet the draft as loaded is predicted to work" in said.message
+
+
 def test_fix_refuses_what_predicts_nothing_and_says_the_prediction(fixed, tmp_path):
     glorot = _variant(fixed, tmp_path / "glorot", _glorot_layer)
     done = subprocess.run([str(CLI), "fix", str(glorot), "--engine", "sglang==0.5.23", "--target", str(TARGET),

@@ -296,6 +296,11 @@ def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> l
     return out
 
 
+# a t2d that disagrees with a well-formed d2t: evidence about a tensor no engine reads, so a prediction that the
+# draft as loaded works outranks it (`diagnose`), as it outranks the value rules
+T2D_DISAGREES = "t2d does not mark exactly the target ids that d2t maps to"
+
+
 def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int | None) -> list[F.Finding]:
     import numpy as np  # here, not at the top: `fix` starts its copy before numpy is imported (60-90 ms)
 
@@ -315,7 +320,9 @@ def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int
         if len(mask) != V:
             problems.append(f"t2d has {len(mask)} entries but the target vocabulary is {V}")
         elif mask.sum() != len(target_ids) or not mask[target_ids].all():
-            problems.append("t2d does not mark exactly the target ids that d2t maps to")
+            return [F.finding("vocab-map-invalid", T2D_DISAGREES + (
+                ": one of the two is not the draft's map; every engine reads d2t only (t2d is skipped by design), so "
+                "if it is d2t, drafted ids turn into the wrong target tokens"))]
     return [F.finding("vocab-map-invalid", p + ": drafted ids turn into the wrong target tokens") for p in problems]
 
 
