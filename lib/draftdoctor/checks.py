@@ -88,6 +88,17 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
                 "error the first time the draft runs. `draftdoctor fix` moves them")))
             return out
         out.append(F.finding("aux-layer-ids", f"{ignored}: {effect}. `draftdoctor fix` moves them"))
+    if not aux.aux_repeats and (read is not None or n_layers):  # the engine captures each layer once
+        captured = aux.captured_layers(config, n_layers)
+        if len(set(captured)) < len(captured):
+            said = (f"the ids {read[1]} at {read[0]} name the inputs of target layers {list(captured)}" if read else
+                    f"no aux layer ids, so {name} captures its default layers, for this {n_layers}-layer target the "
+                    f"inputs of layers {list(captured)}")
+            out.append(F.finding("aux-layer-uncapturable", (
+                f"{said}: only {len(set(captured))} distinct layers "
+                f"for an fc that takes {len(captured)} aux states; {name} captures each layer once, so the first "
+                "draft step is a shape error. Write the ids the draft was trained with into the config")))
+            return out
     if read is None:
         return out
     where, ids = read
