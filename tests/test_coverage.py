@@ -238,6 +238,25 @@ def test_null_target_hidden_size_crashes(draft):
     assert "loader-crash" in codes(check(folder, "sglang==0.5.10"))
 
 
+def test_an_activation_other_than_silu_crashes_the_build(draft):
+    """SGLang's and vLLM's draft MLP refuses any hidden_act but silu (seen with SGLang 0.5.10's own loader), in a
+    flat config or in speculators' transformer_layer_config; the engines' message is said."""
+    import json
+
+    flat, nested = draft("midlayer"), draft("speculators")
+    config = json.loads((flat / "config.json").read_text())
+    (flat / "config.json").write_text(json.dumps(config | {"hidden_act": "gelu"}))
+    config = json.loads((nested / "config.json").read_text())
+    config["transformer_layer_config"]["hidden_act"] = "gelu"
+    (nested / "config.json").write_text(json.dumps(config))
+    for folder, engines in ((flat, ("sglang==0.5.10", "sglang==0.4.8", "vllm==0.32.0")), (nested, ("vllm==0.32.0",))):
+        for engine in engines:
+            report = check(folder, engine)
+            assert "loader-crash" in codes(report) and report.verdict.startswith("the server will not start"), engine
+            assert "Unsupported activation: gelu. Only silu is supported for now." in report.verdict
+    assert "loader-crash" not in codes(check(draft("midlayer"), "sglang==0.5.10"))  # silu
+
+
 @pytest.mark.parametrize("spec, expected", [
     ("sglang==0.5.10", "0.5.10"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.5.10"),
     ("sglang==0.5.9", "0.5.3"),
