@@ -356,7 +356,28 @@ def target_checks(checkpoint: Checkpoint, dims: DraftDims, target: dict) -> list
     target_ctx = layer.get("max_position_embeddings")
     if draft_ctx and target_ctx and draft_ctx < target_ctx:
         out.append(f"draft max_position_embeddings {draft_ctx} is below the target's context length {target_ctx}")
-    return [F.finding("target-mismatch", m) for m in out]
+    return [F.finding("target-mismatch", m) for m in out] + _layer_math(layer_config(checkpoint.config or {}), layer)
+
+
+def _rope_theta(layer: dict):
+    return (layer.get("rope_parameters") or {}).get("rope_theta", layer.get("rope_theta"))
+
+
+def _layer_math(draft: dict, target: dict) -> list[F.Finding]:
+    """Warnings for a draft layer whose norm epsilon or rope base differ from the target's. A draft's layer is
+    built from its target's config (speculators derives transformer_layer_config from the verifier's; the EAGLE
+    and SpecForge configs copy it), and the engine computes it with the draft's own values: at other values the
+    draft computes otherwise than it was trained (on the demo, rms_norm_eps 0.1 cost 3.24 -> 1.32, rope_theta
+    100 cost 3.24 -> 3.05). A warning: the prediction, given a target, says what it costs."""
+    out = []
+    for field, draft_value, target_value in (("rms_norm_eps", draft.get("rms_norm_eps"), target.get("rms_norm_eps")),
+                                             ("rope_theta", _rope_theta(draft), _rope_theta(target))):
+        if isinstance(draft_value, (int, float)) and isinstance(target_value, (int, float)) and draft_value != target_value:
+            out.append(F.finding("target-mismatch", (
+                f"draft {field} {draft_value:g} but the target's is {target_value:g}: drafts are trained with their "
+                f"target's (speculators, SpecForge and the EAGLE configs copy it), and the engine computes this draft's "
+                f"layer with {draft_value:g}"), severity=F.WARNING))
+    return out
 
 
 def is_eagle3_draft(path) -> bool:
