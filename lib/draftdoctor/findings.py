@@ -192,6 +192,11 @@ CODES = {
                "non-finite value spreads to every prediction",
         "load the verifier's weights before saving (speculators: load_verifier_weights), then save again",
     ),
+    "dtype-mislabelled": Code(
+        ERROR, "a matrix whose bytes are the other 16-bit float type's than its header says (bf16 bytes labelled F16, "
+               "or fp16 bytes labelled BF16): the engine reads every value wrong",
+        "write the header's dtype as the type the bytes were saved in (the bytes are right)",
+    ),
     "weights-at-init": Code(
         ERROR,
         "tensors the engine serves with that hold no training: a matrix indistinguishable from i.i.d. noise or "
