@@ -154,6 +154,21 @@ def test_a_vocabulary_map_beyond_the_target_is_said_not_raised(fixed, tmp_path):
     assert "outside the target's vocabulary 0..113" in said, said
 
 
+@pytest.mark.parametrize("change", [{"tie_word_embeddings": True},
+                                    {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0}}],
+                         ids=["tied", "llama3-rope"])
+def test_a_draft_the_reference_does_not_compute_is_said_not_raised(fixed, tmp_path, change):
+    """A config the reference draft does not compute (a Llama 3.1 draft's llama3 rope scaling, tied embeddings):
+    the prediction says why it is not made, and raises nothing."""
+    variant = _variant(fixed, tmp_path / "draft", lambda t: None)
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps(config | change))
+    report = check(variant, "sglang==0.5.10", target=TARGET)
+    assert report.prediction is None
+    [said] = [f.message for f in report.findings if f.code == "not-checked"]
+    assert "not supported by the reference engine" in said, said
+
+
 def test_a_t2d_no_engine_reads_is_outranked_by_a_prediction_that_works(fixed, tmp_path):
     """A t2d at odds with a well-formed d2t: every engine skips t2d, so without a target it is an error (d2t may
     be the wrong one), and beside a prediction that the draft as loaded works, a warning."""

@@ -114,8 +114,11 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
                           "embedding out of range")
     written = {p.name for p in placed.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)
                and p.role != "vocab-map"}
-    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=placing, dtype=target.dtype,
-                        norm_before_residual=profile.option_enabled(checkpoint.config, "norm_before_residual"))
+    try:
+        draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=placing, dtype=target.dtype,
+                            norm_before_residual=profile.option_enabled(checkpoint.config, "norm_before_residual"))
+    except ValueError as e:  # what the reference draft does not compute (a rope scaling, tied embeddings, biases)
+        raise LoadRefused(str(e)) from None
     # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary); vLLM's
     # proposer: the target's embedding or head for a draft without its own
     for p in placed.params:
