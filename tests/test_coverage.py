@@ -383,6 +383,20 @@ def test_a_readable_config_gets_no_dims_finding_and_an_impossible_value_is_exit_
         check(folder, "sglang==0.5.10", predict=False)
 
 
+@pytest.mark.parametrize("change, said", [
+    (lambda c: c.update(rms_norm_eps="1e-5"), "rms_norm_eps must be a number, not \"1e-5\""),
+    (lambda c: c.update(rope_theta=True), "rope_theta must be a number, not true"),
+    (lambda c: c.update(rope_parameters={"rope_type": "default", "rope_theta": "x"}),
+     "rope_parameters.rope_theta must be a number, not \"x\""),
+])
+def test_a_norm_epsilon_or_rope_base_that_is_no_number_is_exit_2(draft, change, said):
+    """The draft's layer is computed with them (the prediction raised a TypeError on a string): one line, exit 2."""
+    from draftdoctor.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=re.escape(said)):
+        check(_edit_config(draft("midlayer", config="flat"), change), "sglang==0.5.10", predict=False)
+
+
 def test_the_one_rename_type_keeps_order_anchors_and_drops():
     """`WeightsMapper` applies its steps in order, a prefix step only at the start, and a step to None
     drops the name (the first drop met is what the loader skips it for)."""
