@@ -169,6 +169,20 @@ def test_a_draft_the_reference_does_not_compute_is_said_not_raised(fixed, tmp_pa
     assert "not supported by the reference engine" in said, said
 
 
+def test_a_prediction_within_its_error_of_nothing_is_a_warning(fixed, tmp_path):
+    """q_proj's rows permuted keeps every statistic and predicts 1.29 +- 0.02 on 16 prompts (measured the same on
+    the reference backend): not sure to be below the bound, not sure to be above it. The verdict says so."""
+    def permute(t):
+        key = "midlayer.self_attn.q_proj.weight"
+        t[key] = np.ascontiguousarray(t[key][np.random.default_rng(0).permutation(t[key].shape[0])])
+
+    report = check(_variant(fixed, tmp_path / "draft", permute), "sglang==0.5.10", target=TARGET)
+    assert not report.prediction.works and not report.prediction.predicts_nothing, report.prediction.text()
+    [said] = [f for f in report.findings if f.code == "predicted-acceptance"]
+    assert said.severity == "warning" and "not sure the draft accepts anything" in said.message
+    assert "warning" in report.verdict
+
+
 def test_a_t2d_no_engine_reads_is_outranked_by_a_prediction_that_works(fixed, tmp_path):
     """A t2d at odds with a well-formed d2t: every engine skips t2d, so without a target it is an error (d2t may
     be the wrong one), and beside a prediction that the draft as loaded works, a warning."""

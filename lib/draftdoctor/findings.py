@@ -96,8 +96,9 @@ CODES = {
     "predicted-acceptance": Code(
         INFO,
         "the accept length the draft is predicted to get, loaded as the engine release loads it and run on the "
-        "target's own greedy continuations of a few prompts (teacher-forced), with its sampling error",
-        "nothing to do; compare it with what `draftdoctor bench` measures",
+        "target's own greedy continuations of a few prompts (teacher-forced), with its sampling error; a warning "
+        "while that error does not place it clear of the bound under which it is an error",
+        "nothing to do; compare it with what `draftdoctor bench` measures (a warning: more prompts tell)",
     ),
     "no-acceptance-predicted": Code(
         ERROR,
