@@ -183,6 +183,19 @@ def test_a_prediction_within_its_error_of_nothing_is_a_warning(fixed, tmp_path):
     assert "warning" in report.verdict
 
 
+def test_the_verdict_of_a_draft_predicting_nothing_names_the_error_that_says_why(fixed, tmp_path):
+    """d2t shifted down by one id: in range and increasing, but t2d no longer agrees, and the draft predicts
+    nothing. The verdict names the vocabulary map, not 'its values carry no training'; with no other error it
+    still says that (a transposed o_proj)."""
+    report = check(_variant(fixed, tmp_path / "d2t", lambda t: t.update(d2t=t["d2t"] - 1)), "sglang==0.5.10",
+                   target=TARGET)
+    assert {f.code for f in report.errors} == {"vocab-map-invalid", "no-acceptance-predicted"}
+    assert report.verdict.startswith("names load, but the draft as loaded predicts nothing: predicted accept length")
+    assert "(vocab-map-invalid: t2d does not mark exactly" in report.verdict, report.verdict
+    report = check(_variant(fixed, tmp_path / "o_proj", _transpose_o_proj), "sglang==0.5.10", target=TARGET)
+    assert report.verdict.endswith("(its values carry no training the engine can use)"), report.verdict
+
+
 def test_a_t2d_no_engine_reads_is_outranked_by_a_prediction_that_works(fixed, tmp_path):
     """A t2d at odds with a well-formed d2t: every engine skips t2d, so without a target it is an error (d2t may
     be the wrong one), and beside a prediction that the draft as loaded works, a warning."""
