@@ -15,7 +15,9 @@ looks at the values, and needs no initialiser's name to do so:
   Laplace, sparse, ... at any scale) or builds an orthogonal matrix, and training leaves neither
   (docs/values.md). `noise.structure` holds the statistics and the reasoning behind each bound;
 - a draft-to-target vocabulary map of all zeros (the identity) although the draft vocabulary is
-  smaller than the target's.
+  smaller than the target's;
+- a matrix whose bytes are the other 16-bit float type's than its header says (`MISLABELLED`, `_saved_as`):
+  its ranks, and so every statistic above, are the trained ones; its magnitudes are not.
 
 Reads are bounded (`valueread.py`): one contiguous block of whole rows per tensor, at most READ_ELEMENTS values (at
 least MIN_ROWS rows), at a place drawn from the operating system's entropy (`secrets`), not from
