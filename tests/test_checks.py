@@ -97,6 +97,36 @@ def test_aux_ids_outside_target_layers(draft, target):
     assert "aux-layer-uncapturable" in codes(report, "error") and "[4]" in report.verdict + str(report.findings)
 
 
+def test_fewer_distinct_captured_layers_than_fc_takes(draft, target):
+    """SGLang and vLLM capture each layer once: ids that name one layer twice, or no ids on a target whose
+    default layers (2, N // 2, N - 3) coincide, give fc two aux states for three; llama.cpp repeats them."""
+    folder, eight = draft("midlayer"), target(layers=8)
+    edit_config(folder, eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 2], "use_aux_hidden_state": True})
+    for t in (None, eight):
+        assert "aux-layer-uncapturable" in codes(check(folder, "sglang==0.5.10", target=t), "error")
+    edit_config(folder, eagle_config=None)  # no ids: the defaults, the inputs of 2, 3, 3 on 6 layers
+    report = check(folder, "sglang==0.5.10", target=target(layers=6))
+    assert "aux-layer-uncapturable" in codes(report, "error") and "[2, 3, 3]" in report.verdict
+    assert "aux-layer-uncapturable" not in codes(check(folder, "sglang==0.5.10", target=eight))
+    assert "aux-layer-uncapturable" not in codes(check(folder, "sglang==0.5.10"))  # no target: layers unknown
+
+
+def test_a_norm_epsilon_or_rope_base_other_than_the_targets_is_a_warning(draft, target):
+    """The engine computes the draft's layer with the draft's rms_norm_eps and rope_theta; drafts are trained with
+    their target's, so another value is said (a warning: the prediction says what it costs)."""
+    folder, t = draft("midlayer"), target()
+    config = json.loads((t / "config.json").read_text())
+    (t / "config.json").write_text(json.dumps(config | {"rms_norm_eps": 1e-5, "rope_parameters": {
+        "rope_type": "default", "rope_theta": 500000.0}}))
+    edit_config(folder, rms_norm_eps=1e-5, rope_theta=500000.0)
+    assert "target-mismatch" not in codes(check(folder, "sglang==0.5.10", target=t))
+    edit_config(folder, rms_norm_eps=0.1, rope_theta=10000.0)
+    said = [f for f in check(folder, "sglang==0.5.10", target=t).findings if f.code == "target-mismatch"]
+    assert {f.severity for f in said} == {"warning"} and len(said) == 2
+    assert "rms_norm_eps 0.1 but the target's is 1e-05" in said[0].message
+    assert "rope_theta 10000 but the target's is 500000" in said[1].message
+
+
 def test_the_input_of_layer_0_is_capturable_by_vllm_only(draft, target):
     """Trained on the input of layer 0 (top-level id 0): SGLang's capture (id + 1, at the start of
     layers 1..N-1) cannot reach it, with or without --target; vLLM captures the embedding too."""

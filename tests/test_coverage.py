@@ -238,6 +238,25 @@ def test_null_target_hidden_size_crashes(draft):
     assert "loader-crash" in codes(check(folder, "sglang==0.5.10"))
 
 
+def test_an_activation_other_than_silu_crashes_the_build(draft):
+    """SGLang's and vLLM's draft MLP refuses any hidden_act but silu (seen with SGLang 0.5.10's own loader), in a
+    flat config or in speculators' transformer_layer_config; the engines' message is said."""
+    import json
+
+    flat, nested = draft("midlayer"), draft("speculators")
+    config = json.loads((flat / "config.json").read_text())
+    (flat / "config.json").write_text(json.dumps(config | {"hidden_act": "gelu"}))
+    config = json.loads((nested / "config.json").read_text())
+    config["transformer_layer_config"]["hidden_act"] = "gelu"
+    (nested / "config.json").write_text(json.dumps(config))
+    for folder, engines in ((flat, ("sglang==0.5.10", "sglang==0.4.8", "vllm==0.32.0")), (nested, ("vllm==0.32.0",))):
+        for engine in engines:
+            report = check(folder, engine)
+            assert "loader-crash" in codes(report) and report.verdict.startswith("the server will not start"), engine
+            assert "Unsupported activation: gelu. Only silu is supported for now." in report.verdict
+    assert "loader-crash" not in codes(check(draft("midlayer"), "sglang==0.5.10"))  # silu
+
+
 @pytest.mark.parametrize("spec, expected", [
     ("sglang==0.5.10", "0.5.10"), ("sglang==0.4.4.post2", "0.4.4.post2"), ("sglang==0.5.11", "0.5.10"),
     ("sglang==0.5.9", "0.5.3"),
@@ -362,6 +381,20 @@ def test_a_readable_config_gets_no_dims_finding_and_an_impossible_value_is_exit_
     folder = _edit_config(draft("midlayer", config="flat"), lambda c: c.update(hidden_size="abc"))
     with pytest.raises(CheckpointError, match="hidden_size must be a whole number"):
         check(folder, "sglang==0.5.10", predict=False)
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda c: c.update(rms_norm_eps="1e-5"), "rms_norm_eps must be a number, not \"1e-5\""),
+    (lambda c: c.update(rope_theta=True), "rope_theta must be a number, not true"),
+    (lambda c: c.update(rope_parameters={"rope_type": "default", "rope_theta": "x"}),
+     "rope_parameters.rope_theta must be a number, not \"x\""),
+])
+def test_a_norm_epsilon_or_rope_base_that_is_no_number_is_exit_2(draft, change, said):
+    """The draft's layer is computed with them (the prediction raised a TypeError on a string): one line, exit 2."""
+    from draftdoctor.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=re.escape(said)):
+        check(_edit_config(draft("midlayer", config="flat"), change), "sglang==0.5.10", predict=False)
 
 
 def test_the_one_rename_type_keeps_order_anchors_and_drops():

@@ -140,6 +140,72 @@ def test_trained_drafts_pass_and_norms_at_one_are_no_error(fixed, tmp_path):
         assert report.verdict.startswith("loads cleanly") and "predicted accept length" in report.verdict
 
 
+def _d2t_absolute(t):  # target ids saved where offsets (target id - draft id) belong
+    t["d2t"] = t["d2t"] + np.arange(len(t["d2t"]))
+
+
+def test_a_vocabulary_map_beyond_the_target_is_said_not_raised(fixed, tmp_path):
+    """A d2t that maps draft ids past the target's vocabulary: the engine indexes its embedding with them at
+    the next draft step. The prediction says it cannot run it, beside the rule's error, and raises nothing."""
+    report = check(_variant(fixed, tmp_path / "draft", _d2t_absolute), "sglang==0.5.10", target=TARGET)
+    assert {f.code for f in report.errors} == {"vocab-map-invalid"} and report.prediction is None
+    [said] = [f.message for f in report.findings if f.code == "not-checked"]
+    assert "outside the target's vocabulary 0..113" in said, said
+
+
+@pytest.mark.parametrize("change", [{"tie_word_embeddings": True},
+                                    {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0}}],
+                         ids=["tied", "llama3-rope"])
+def test_a_draft_the_reference_does_not_compute_is_said_not_raised(fixed, tmp_path, change):
+    """A config the reference draft does not compute (a Llama 3.1 draft's llama3 rope scaling, tied embeddings):
+    the prediction says why it is not made, and raises nothing."""
+    variant = _variant(fixed, tmp_path / "draft", lambda t: None)
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps(config | change))
+    report = check(variant, "sglang==0.5.10", target=TARGET)
+    assert report.prediction is None
+    [said] = [f.message for f in report.findings if f.code == "not-checked"]
+    assert "not supported by the reference engine" in said, said
+
+
+def test_a_prediction_within_its_error_of_nothing_is_a_warning(fixed, tmp_path):
+    """q_proj's rows permuted keeps every statistic and predicts 1.29 +- 0.02 on 16 prompts (measured the same on
+    the reference backend): not sure to be below the bound, not sure to be above it. The verdict says so."""
+    def permute(t):
+        key = "midlayer.self_attn.q_proj.weight"
+        t[key] = np.ascontiguousarray(t[key][np.random.default_rng(0).permutation(t[key].shape[0])])
+
+    report = check(_variant(fixed, tmp_path / "draft", permute), "sglang==0.5.10", target=TARGET)
+    assert not report.prediction.works and not report.prediction.predicts_nothing, report.prediction.text()
+    [said] = [f for f in report.findings if f.code == "predicted-acceptance"]
+    assert said.severity == "warning" and "not sure the draft accepts anything" in said.message
+    assert "warning" in report.verdict
+
+
+def test_the_verdict_of_a_draft_predicting_nothing_names_the_error_that_says_why(fixed, tmp_path):
+    """d2t shifted down by one id: in range and increasing, but t2d no longer agrees, and the draft predicts
+    nothing. The verdict names the vocabulary map, not 'its values carry no training'; with no other error it
+    still says that (a transposed o_proj)."""
+    report = check(_variant(fixed, tmp_path / "d2t", lambda t: t.update(d2t=t["d2t"] - 1)), "sglang==0.5.10",
+                   target=TARGET)
+    assert {f.code for f in report.errors} == {"vocab-map-invalid", "no-acceptance-predicted"}
+    assert report.verdict.startswith("names load, but the draft as loaded predicts nothing: predicted accept length")
+    assert "(vocab-map-invalid: t2d does not mark exactly" in report.verdict, report.verdict
+    report = check(_variant(fixed, tmp_path / "o_proj", _transpose_o_proj), "sglang==0.5.10", target=TARGET)
+    assert report.verdict.endswith("(its values carry no training the engine can use)"), report.verdict
+
+
+def test_a_t2d_no_engine_reads_is_outranked_by_a_prediction_that_works(fixed, tmp_path):
+    """A t2d at odds with a well-formed d2t: every engine skips t2d, so without a target it is an error (d2t may
+    be the wrong one), and beside a prediction that the draft as loaded works, a warning."""
+    variant = _variant(fixed, tmp_path / "draft", lambda t: t.update(t2d=~t["t2d"]))
+    assert "vocab-map-invalid" in {f.code for f in check(variant, "sglang==0.5.10", predict=False).errors}
+    report = check(variant, "sglang==0.5.10", target=TARGET)
+    assert report.errors == [] and report.prediction.works, [f.line() for f in report.errors]
+    [said] = [f for f in report.findings if f.code == "vocab-map-invalid"]
+    assert said.severity == "warning" and "yet the draft as loaded is predicted to work" in said.message
+
+
 def test_fix_refuses_what_predicts_nothing_and_says_the_prediction(fixed, tmp_path):
     glorot = _variant(fixed, tmp_path / "glorot", _glorot_layer)
     done = subprocess.run([str(CLI), "fix", str(glorot), "--engine", "sglang==0.5.23", "--target", str(TARGET),

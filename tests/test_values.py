@@ -271,6 +271,53 @@ def test_a_bf16_draft_with_signalling_nans_prints_no_numpy_warning(tmp_path):
         proc.stdout + proc.stderr
 
 
+def _bytes_of(values_: np.ndarray, dtype: str) -> bytes:
+    """float32 `values_` as `dtype`'s bytes (BF16: float32's top 16 bits, rounded)."""
+    if dtype == "BF16":
+        return ((values_.view(np.uint32) + 0x8000) >> 16).astype(np.uint16).tobytes()
+    return values_.astype(np.float16).tobytes()
+
+
+def _saved_as(folder: Path, saved: str, labelled: str) -> Path:
+    """The demo's speculators draft with every float tensor saved as `saved` and its header saying `labelled`."""
+    import shutil
+
+    from safetensors.numpy import load_file
+
+    shutil.copytree(DEMO / "draft-speculators", folder)
+    [file] = folder.glob("*.safetensors")
+    entries, blobs = [], []
+    for name, value in load_file(file).items():
+        raw = _bytes_of(value, saved) if value.dtype == np.float32 else value.tobytes()
+        dtype = labelled if value.dtype == np.float32 else {"int64": "I64", "bool": "BOOL"}[value.dtype.name]
+        entries.append((name, dtype, value.shape, len(raw)))
+        blobs.append(raw)
+    file.write_bytes(encode_header(entries, None) + b"".join(blobs))
+    return folder
+
+
+@pytest.mark.parametrize("saved, labelled", [("BF16", "F16"), ("F16", "BF16")])
+def test_a_16_bit_float_type_mislabelled_as_the_other_is_an_error(tmp_path, saved, labelled):
+    """bf16 bytes under an F16 header (or the reverse) keep every rank statistic (both orders follow the bits) and
+    serve nothing; their magnitudes give them away: every matrix is found, and the draft saved right is not."""
+    right = check(_saved_as(tmp_path / "right", saved, saved), "vllm==0.32.0")
+    assert not right.errors and "dtype-mislabelled" not in codes(right), [f.line() for f in right.findings]
+    report = check(_saved_as(tmp_path / "wrong", saved, labelled), "vllm==0.32.0")
+    [found] = [f for f in report.errors if f.code == "dtype-mislabelled"]
+    assert f"{ {'BF16': 'bf16', 'F16': 'fp16'}[saved]} bytes labelled {labelled}" in found.message
+    hits = {h.key for h in values.scan(open_checkpoint(tmp_path / "wrong")) if h.holds == values.MISLABELLED}
+    assert hits == {k for k, t in open_checkpoint(tmp_path / "wrong").tensors.items() if len(t.shape) == 2}
+
+
+def test_a_matrix_of_signs_in_fp16_is_not_taken_for_bf16_bytes(tmp_path):
+    """+-1 in fp16 has no value near zero, yet read as bf16 it is +-2^-7, one magnitude: not weights."""
+    from safetensors.numpy import load_file
+
+    signs = np.sign(load_file(DEMO / "draft-speculators" / "model.safetensors")["fc.weight"])
+    hit = values.at_init(_matrix(tmp_path, "signs", signs, "F16"))
+    assert hit is None or hit.holds != values.MISLABELLED, hit
+
+
 # --- severity by what it costs --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("norms", [("norm",), ("hidden_norm", "input_layernorm", "post_attention_layernorm", "norm")])

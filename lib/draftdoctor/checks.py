@@ -88,6 +88,17 @@ def aux_layer_checks(config: dict, profile: Profile, target: dict | None) -> lis
                 "error the first time the draft runs. `draftdoctor fix` moves them")))
             return out
         out.append(F.finding("aux-layer-ids", f"{ignored}: {effect}. `draftdoctor fix` moves them"))
+    if not aux.aux_repeats and (read is not None or n_layers):  # the engine captures each layer once
+        captured = aux.captured_layers(config, n_layers)
+        if len(set(captured)) < len(captured):
+            said = (f"the ids {read[1]} at {read[0]} name the inputs of target layers {list(captured)}" if read else
+                    f"no aux layer ids, so {name} captures its default layers, for this {n_layers}-layer target the "
+                    f"inputs of layers {list(captured)}")
+            out.append(F.finding("aux-layer-uncapturable", (
+                f"{said}: only {len(set(captured))} distinct layers "
+                f"for an fc that takes {len(captured)} aux states; {name} captures each layer once, so the first "
+                "draft step is a shape error. Write the ids the draft was trained with into the config")))
+            return out
     if read is None:
         return out
     where, ids = read
@@ -296,6 +307,11 @@ def vocab_checks(checkpoint: Checkpoint, profile: Profile, dims: DraftDims) -> l
     return out
 
 
+# a t2d that disagrees with a well-formed d2t: evidence about a tensor no engine reads, so a prediction that the
+# draft as loaded works outranks it (`diagnose`), as it outranks the value rules
+T2D_DISAGREES = "t2d does not mark exactly the target ids that d2t maps to"
+
+
 def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int | None) -> list[F.Finding]:
     import numpy as np  # here, not at the top: `fix` starts its copy before numpy is imported (60-90 ms)
 
@@ -315,7 +331,9 @@ def _vocab_map_problems(d2t: TensorInfo, t2d: TensorInfo | None, V: int, Vd: int
         if len(mask) != V:
             problems.append(f"t2d has {len(mask)} entries but the target vocabulary is {V}")
         elif mask.sum() != len(target_ids) or not mask[target_ids].all():
-            problems.append("t2d does not mark exactly the target ids that d2t maps to")
+            return [F.finding("vocab-map-invalid", T2D_DISAGREES + (
+                ": one of the two is not the draft's map; every engine reads d2t only (t2d is skipped by design), so "
+                "if it is d2t, drafted ids turn into the wrong target tokens"))]
     return [F.finding("vocab-map-invalid", p + ": drafted ids turn into the wrong target tokens") for p in problems]
 
 
@@ -338,7 +356,28 @@ def target_checks(checkpoint: Checkpoint, dims: DraftDims, target: dict) -> list
     target_ctx = layer.get("max_position_embeddings")
     if draft_ctx and target_ctx and draft_ctx < target_ctx:
         out.append(f"draft max_position_embeddings {draft_ctx} is below the target's context length {target_ctx}")
-    return [F.finding("target-mismatch", m) for m in out]
+    return [F.finding("target-mismatch", m) for m in out] + _layer_math(layer_config(checkpoint.config or {}), layer)
+
+
+def _rope_theta(layer: dict):
+    return (layer.get("rope_parameters") or {}).get("rope_theta", layer.get("rope_theta"))
+
+
+def _layer_math(draft: dict, target: dict) -> list[F.Finding]:
+    """Warnings for a draft layer whose norm epsilon or rope base differ from the target's. A draft's layer is
+    built from its target's config (speculators derives transformer_layer_config from the verifier's; the EAGLE
+    and SpecForge configs copy it), and the engine computes it with the draft's own values: at other values the
+    draft computes otherwise than it was trained (on the demo, rms_norm_eps 0.1 cost 3.24 -> 1.32, rope_theta
+    100 cost 3.24 -> 3.05). A warning: the prediction, given a target, says what it costs."""
+    out = []
+    for field, draft_value, target_value in (("rms_norm_eps", draft.get("rms_norm_eps"), target.get("rms_norm_eps")),
+                                             ("rope_theta", _rope_theta(draft), _rope_theta(target))):
+        if isinstance(draft_value, (int, float)) and isinstance(target_value, (int, float)) and draft_value != target_value:
+            out.append(F.finding("target-mismatch", (
+                f"draft {field} {draft_value:g} but the target's is {target_value:g}: drafts are trained with their "
+                f"target's (speculators, SpecForge and the EAGLE configs copy it), and the engine computes this draft's "
+                f"layer with {draft_value:g}"), severity=F.WARNING))
+    return out
 
 
 def is_eagle3_draft(path) -> bool:

@@ -119,6 +119,15 @@ class Reading:
         return self.profile.config.unknown_architecture.format(architectures=looked_up,
                                                                first=looked_up[0] if looked_up else None)
 
+    @cached_property
+    def hidden_act(self):
+        """The activation the draft's MLP is built with (transformers' default: silu)."""
+        return (self.layer_config if self.speculators else self.config).get("hidden_act", "silu")
+
+    @property
+    def activation_error(self) -> str:
+        return self.profile.build.activation_error.format(act=self.hidden_act)
+
     def null(self, key: str) -> bool:
         """The config has `key` at its top level, set to null."""
         return key in self.config and self.config[key] is None
@@ -176,6 +185,10 @@ RULES: tuple[Rule, ...] = (
     Rule(SGLANG, lambda r: r.dims.num_layers != 1 and r.profile.build.single_layer_error, "loader-crash",
          "{r.engine} {r.profile.first}–{r.profile.last} builds one decoder layer and raises "
          "\"{r.profile.build.single_layer_error}\" for num_hidden_layers={r.dims.num_layers}"),
+    Rule(SGLANG, lambda r: r.profile.build.activation_error and r.hidden_act != "silu", "loader-crash",
+         "{r.where}: hidden_act {r.hidden_act!r}; {r.engine} {r.release} builds the draft's MLP with silu only and "
+         "raises \"{r.activation_error}\": the server does not start. A draft trained with silu (its target's "
+         "activation) needs hidden_act: \"silu\""),
 )
 
 

@@ -10,6 +10,7 @@ no top-level `model_type`). `DraftDims` is what both have in common, in one plac
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from . import auxids
@@ -79,6 +80,12 @@ def _check_shape(config: dict, layer: dict) -> None:
         raise ConfigValueError(f"eagle_config must be an object, not {type(eagle).__name__}")
     if not isinstance(layer, dict):
         raise ConfigValueError("transformer_layer_config must be an object")
+    rope = [(f"{name}.rope_theta", holder.get(name)) for holder in (layer, config)
+            for name in ("rope_parameters", "rope_scaling") if isinstance(holder.get(name), dict)]
+    for name, value in [(n, h.get(n)) for h in (layer, config) for n in ("rms_norm_eps", "rope_theta")] + \
+            [(n, r.get("rope_theta")) for n, r in rope]:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            raise ConfigValueError(f"{name} must be a number, not {json.dumps(value)[:80]}")
     for where in auxids.PLACE_OFFSET:
         ids = (auxids.holder(config, where) or {}).get(auxids.KEY)
         if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)

@@ -263,7 +263,10 @@ def verdict(report: CoverageReport) -> str:
                 + (predicted or "expect a low accept length (the draft runs but predicts little: 1.0-2.0 measured on "
                                 "the demo draft with such values, 3.08 trained)"))
     if any(f.code == "no-acceptance-predicted" for f in report.findings):
-        return f"names load, but the draft as loaded predicts nothing: {predicted} (its values carry no training the engine can use)"
+        # another error says why (a vocabulary map, a mislabelled dtype, a NaN); else its values carry nothing
+        why = next((f for f in report.findings if f.severity == F.ERROR and f.code != "no-acceptance-predicted"), None)
+        because = f"{why.code}: {why.message}" if why else "its values carry no training the engine can use"
+        return f"names load, but the draft as loaded predicts nothing: {predicted} ({because})"
     errors = [f for f in report.findings if f.severity == F.ERROR]
     if errors:
         more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""

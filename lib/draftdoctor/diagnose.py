@@ -6,14 +6,15 @@ It sits above the replay (`coverage`), the real loader (`realcheck`), the other 
 the values (`values`: tensors still at initial values, judged by what this engine serves with), which
 know nothing of each other; the checkpoint is opened once. Given a target with weights, it also runs
 the loaded draft on the target (`predict`), and the prediction outranks the value rules: a tensor that
-looks untrained is an error only while the prediction does not say the draft works.
+looks untrained (or a t2d, which no engine reads, at odds with d2t) is an error only while the prediction
+does not say the draft works.
 """
 
 from __future__ import annotations
 
 from . import findings as F
 from .checkpoint import Checkpoint, open_checkpoint
-from .checks import draft_checks, read_target_config
+from .checks import T2D_DISAGREES, draft_checks, read_target_config
 from .coverage import CoverageReport, read_dims
 from .replay import replay
 from .engines import EngineRelease, expect_release, resolve_engine
@@ -88,8 +89,15 @@ def _predict(report: CoverageReport, spec: PredictionSpec, checkpoint: Checkpoin
     if report.prediction.works:
         report.findings = [F.Finding(f.code, F.WARNING, f"{f.message} (yet the draft as loaded is predicted to work: "
                                                           f"{report.prediction.text().split(' (')[0]})")
-                           if f.code in VALUE_CODES and f.severity == F.ERROR else f for f in report.findings]
+                           if _outranked(f) else f for f in report.findings]
     report.findings += findings(report.prediction, report)
+
+
+def _outranked(f: F.Finding) -> bool:
+    """An error a prediction that the draft works outranks: what the value rules say, and a t2d (which no engine
+    reads) that disagrees with the d2t the prediction ran."""
+    return f.severity == F.ERROR and (f.code in VALUE_CODES or f.code == "vocab-map-invalid"
+                                      and f.message.startswith(T2D_DISAGREES))
 
 
 def chosen_loader(engine: EngineRelease, loader: str) -> str:

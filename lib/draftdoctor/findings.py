@@ -96,8 +96,9 @@ CODES = {
     "predicted-acceptance": Code(
         INFO,
         "the accept length the draft is predicted to get, loaded as the engine release loads it and run on the "
-        "target's own greedy continuations of a few prompts (teacher-forced), with its sampling error",
-        "nothing to do; compare it with what `draftdoctor bench` measures",
+        "target's own greedy continuations of a few prompts (teacher-forced), with its sampling error; a warning "
+        "while that error does not place it clear of the bound under which it is an error",
+        "nothing to do; compare it with what `draftdoctor bench` measures (a warning: more prompts tell)",
     ),
     "no-acceptance-predicted": Code(
         ERROR,
@@ -191,6 +192,11 @@ CODES = {
         ERROR, "tensors holding a NaN or an infinity anywhere in what is read (or all zero: a warning): one "
                "non-finite value spreads to every prediction",
         "load the verifier's weights before saving (speculators: load_verifier_weights), then save again",
+    ),
+    "dtype-mislabelled": Code(
+        ERROR, "a matrix whose bytes are the other 16-bit float type's than its header says (bf16 bytes labelled F16, "
+               "or fp16 bytes labelled BF16): the engine reads every value wrong",
+        "write the header's dtype as the type the bytes were saved in (the bytes are right)",
     ),
     "weights-at-init": Code(
         ERROR,

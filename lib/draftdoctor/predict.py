@@ -258,8 +258,8 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
 
 
 def findings(prediction: Prediction, report) -> list[F.Finding]:
-    """The prediction as findings: an error when the loaded draft predicts essentially nothing, else
-    information, with the loader whose record placed it."""
+    """The prediction as findings: an error when the loaded draft predicts essentially nothing, a warning when it
+    is within its error of that, else information, with the loader whose record placed it."""
     said = (f"{prediction.text()}: the draft as the {prediction.loader} loader of {report.engine} leaves it, on the "
             f"target's own greedy continuations ({prediction.seconds:.1f} s)")
     if prediction.predicts_nothing:
@@ -267,4 +267,9 @@ def findings(prediction: Prediction, report) -> list[F.Finding]:
             f"{said}. Every parameter may load, yet the draft predicts essentially nothing: its values carry no "
             f"training the engine can use (below {NOTHING_BELOW} a draft's decoder layer was measured to carry "
             "nothing)"))]
+    if not prediction.works:  # within its error of the bound: it may carry nothing, and the verdict must not hide it
+        return [F.finding("predicted-acceptance", (
+            f"{said}: within its error of {NOTHING_BELOW}, below which a draft's decoder layer was measured to carry "
+            "nothing, so it is not sure the draft accepts anything; more prompts (--num-prompts) tell"),
+            severity=F.WARNING)]
     return [F.finding("predicted-acceptance", said, severity=F.INFO)]

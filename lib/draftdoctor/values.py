@@ -15,7 +15,9 @@ looks at the values, and needs no initialiser's name to do so:
   Laplace, sparse, ... at any scale) or builds an orthogonal matrix, and training leaves neither
   (docs/values.md). `noise.structure` holds the statistics and the reasoning behind each bound;
 - a draft-to-target vocabulary map of all zeros (the identity) although the draft vocabulary is
-  smaller than the target's.
+  smaller than the target's;
+- a matrix whose bytes are the other 16-bit float type's than its header says (`MISLABELLED`, `_saved_as`):
+  its ranks, and so every statistic above, are the trained ones; its magnitudes are not.
 
 Reads are bounded (`valueread.py`): one contiguous block of whole rows per tensor, at most READ_ELEMENTS values (at
 least MIN_ROWS rows), at a place drawn from the operating system's entropy (`secrets`), not from
@@ -33,12 +35,14 @@ import numpy as np
 
 from . import findings as F
 from .checkpoint import Checkpoint, TensorInfo
-from .noise import structure
-from .valueread import read_block
+from .noise import MIN_ELEMENTS, structure
+from .valueread import decode, read_block
 
-# What a flagged tensor holds (AtInit.holds); a constant reads "the constant 1" or ZEROS.
-NONFINITE, ZEROS, IID, ORTHOGONAL, IDENTITY = (
-    "non-finite values", "zeros", "i.i.d. noise", "an orthogonal matrix", "the identity map")
+# What a flagged tensor holds (AtInit.holds); a constant reads "the constant 1" or ZEROS; MISLABELLED: the other
+# 16-bit float type's bytes (AtInit.evidence says which)
+NONFINITE, ZEROS, IID, ORTHOGONAL, IDENTITY, MISLABELLED = (
+    "non-finite values", "zeros", "i.i.d. noise", "an orthogonal matrix", "the identity map",
+    "another 16-bit float type's bytes")
 
 # What norms at 1.0 cost a trained draft, measured (docs/values.md: "What untrained values cost"):
 CONSTANT_NORMS_COST = ("the demo draft's accept length is 3.05 with its final norm at 1.0 and 2.95 with all four norms "
@@ -105,10 +109,45 @@ def _at_init(t: TensorInfo) -> AtInit | None:
                       f"{what} {values.size} values read is {constant:g} ({where})", len(t.shape))
     if values.ndim != 2:
         return None
+    saved_as = _saved_as(values, t.dtype)
+    if saved_as is not None:
+        return AtInit(t.name, MISLABELLED, saved_as)
     found = structure(values)
     if found is None or found.trained:
         return None
     return AtInit(t.name, ORTHOGONAL if found.orthogonal else IID, f"{found.evidence()} ({block.where})")
+
+
+def _saved_as(values: np.ndarray, dtype: str) -> str | None:
+    """What shows that a matrix labelled F16 holds bf16 bytes, or one labelled BF16 holds fp16 bytes; None when
+    nothing does. A bf16 value's 8-bit exponent read as fp16's 5-bit one (and 3 mantissa bits) puts every weight
+    between 2^-23 and 2^8 into [2^-2, 2^2): read as F16 such a matrix has (nearly) no value near zero, which no
+    trained matrix lacks (a normal law has 10% of its values within 0.125 sigma of it). An fp16 value read as bf16
+    lands near 2^-55 for a weight of 0.02: a median magnitude below 2^-24, where no trained matrix's lies. In both
+    cases the bytes read as the other type must be weights: finite, of a plausible size, spread over binades (so
+    a matrix of +-1 in fp16, which reads as +-2^-7 in bf16, is not taken for one)."""
+    if dtype not in ("F16", "BF16") or values.size < MIN_ELEMENTS:
+        return None
+    if dtype == "F16":
+        other = decode(values.astype(np.float16).tobytes(), "BF16")
+    else:
+        other = decode((values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes(), "F16")
+    read, meant = np.abs(values[values != 0]), np.abs(other[other != 0])
+    if len(read) < MIN_ELEMENTS // 2 or len(meant) < MIN_ELEMENTS // 2 or not np.isfinite(meant).all():
+        return None
+    low, mid, high = np.percentile(meant, [10, 50, 90])
+    if high < 4 * low or not 2 ** -14 <= mid < 4:
+        return None
+    if dtype == "F16":
+        banded = float(np.mean((read >= 2 ** -3) & (read < 2 ** 3)))
+        if banded < 0.99:
+            return None
+        return (f"bf16 bytes labelled F16: read as F16, {banded:.1%} of its nonzero values lie in [0.125, 8) (a trained "
+                f"matrix has many near zero); read as BF16, their median magnitude is {mid:.3g}")
+    if np.median(read) >= 2 ** -24:
+        return None
+    return (f"fp16 bytes labelled BF16: read as BF16, its median magnitude is {np.median(read):.3g}; read as F16, "
+            f"{mid:.3g}")
 
 
 def identity_vocab_map(checkpoint: Checkpoint, vocab_size: int, draft_vocab_size: int | None) -> AtInit | None:
@@ -190,6 +229,13 @@ def value_findings(hits: list[AtInit], report) -> list[F.Finding]:
             f"({'; '.join(f'{h.key}: {h.evidence}' for h in nonfinite[:3])}); one NaN in a matrix spreads to every "
             "prediction (speculators saves NaN embeddings and heads when the verifier's weights were never loaded "
             "before saving)")))
+    mislabelled = [h for h in used if h.holds == MISLABELLED]
+    if mislabelled:
+        out.append(F.finding("dtype-mislabelled", (
+            f"{_names([h.key for h in mislabelled])}: the header says one 16-bit float type, the bytes are the other's "
+            f"({'; '.join(f'{h.key}: {h.evidence}' for h in mislabelled[:3])}); the engine reads them as the header "
+            "says, so every value it computes with is wrong. The bytes are right: write the header's dtype as the "
+            "type they were saved in")))
     # all zeros: a warning, as it always was (sparse test drafts read as zeros); a bias may be zero by design
     zero = [h.key for h in used if h.holds == ZEROS and not h.key.endswith(".bias")]
     if zero:
@@ -219,7 +265,8 @@ def value_findings(hits: list[AtInit], report) -> list[F.Finding]:
             f"fresh model holds (never trained, or frozen); alone this costs little: {CONSTANT_NORMS_COST}; "
             f"e.g. {mild[0].evidence}"), severity=F.WARNING))
     for code, group in (("nan-weights", [h for h in unused if h.holds == NONFINITE]),
-                        ("weights-at-init", [h for h in unused if h.holds != NONFINITE])):
+                        ("dtype-mislabelled", [h for h in unused if h.holds == MISLABELLED]),
+                        ("weights-at-init", [h for h in unused if h.holds not in (NONFINITE, MISLABELLED)])):
         if group:
             out.append(F.finding(code, (
                 f"{_names([h.key for h in group])} hold(s) {'; '.join(sorted({h.holds for h in group}))}, not trained "

@@ -10,7 +10,8 @@ names, vocabulary map (SGLang's hot_token_id attribute, vLLM's draft_id_to_targe
 aux layers, chain positions, norm_before_residual where the engine computes it.
 
 A load the engine would refuse (unreadable config, loader crash, shape mismatch) raises
-`LoadRefused` with the engine's own message, so the reference server refuses it too.
+`LoadRefused` with the engine's own message, so the reference server refuses it too; so does a
+vocabulary map that sends draft ids outside the target's vocabulary (the engine fails at the first one drafted).
 
 `place` takes the diagnosis `check` made (so this module sits below `diagnose`, whose prediction runs
 the placed draft) and a target that lends its dtype, its layer count and the tensors the engine takes
@@ -105,10 +106,20 @@ def place(report: CoverageReport, target, checkpoint=None) -> LoadedDraft:
         full = state.setdefault(key.param, initial_value(key.param, spec.shape).clone())
         offset, rows = spec.shard_range(key.shard)
         full[offset:offset + rows] = tensors[key.key]
+    vocab = target.embed.shape[0]
+    if hot_token_id is not None and len(hot_token_id) and not 0 <= hot_token_id.min() <= hot_token_id.max() < vocab:
+        # the engine indexes its embedding (and its target-id tensors) with the mapped id at the next draft step:
+        # out of range there, the first such id drafted stops the server (a device-side assert on GPU)
+        raise LoadRefused(f"d2t maps draft ids to target ids {int(hot_token_id.min())}..{int(hot_token_id.max())}, "
+                          f"outside the target's vocabulary 0..{vocab - 1}: the first such id drafted indexes the "
+                          "embedding out of range")
     written = {p.name for p in placed.params if p.status in (ParamFate.WRITTEN, ParamFate.PARTIAL)
                and p.role != "vocab-map"}
-    draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=placing, dtype=target.dtype,
-                        norm_before_residual=profile.option_enabled(checkpoint.config, "norm_before_residual"))
+    try:
+        draft = build_draft(checkpoint.config, state, written, hot_token_id, engine=placing, dtype=target.dtype,
+                            norm_before_residual=profile.option_enabled(checkpoint.config, "norm_before_residual"))
+    except ValueError as e:  # what the reference draft does not compute (a rope scaling, tied embeddings, biases)
+        raise LoadRefused(str(e)) from None
     # SGLang's EAGLE worker: set_embed (and set_embed_and_head without a draft vocabulary); vLLM's
     # proposer: the target's embedding or head for a draft without its own
     for p in placed.params:

@@ -48,13 +48,17 @@ _TRANSFORMERS_4 = ConfigReading(
     unknown_architecture=_NO_MODULE)
 _TRANSFORMERS_5 = replace(_TRANSFORMERS_4, model_type_from_path=False)
 
+# llama.py's and deepseek_v2.py's MLPs refuse any hidden_act but silu, in every release read (docs/engine-facts.md:
+# "SGLang's EAGLE-3 loader, release by release")
+UNSUPPORTED_ACTIVATION = "Unsupported activation: {act}. Only silu is supported for now."
 # Building the parameters. Up to 0.5.11: one decoder layer, `midlayer`; no fc_norm, input_norm or norm_output,
 # whose keys match no parameter and are skipped like any other (docs/engine-facts.md: "EAGLE 3.1"); llama.py's
 # attention: o_proj's bias from `attention_bias or bias` (every release of the sweep). Up to 0.5.1
 # ParallelLMHead(config.draft_vocab_size) fails with a null size; 0.5.2 takes lm_head from the target then
 # (load_lm_head_from_target).
 _MIDLAYER = Build(layer_prefix="model.midlayer.", single_layer_error=ONE_LAYER, fc_bias="config", fc_aux_count_from=(),
-                  supports_fc_norm=False, supports_input_norm=False, vocab_map_param=None, o_proj_bias_from_config=True)
+                  supports_fc_norm=False, supports_input_norm=False, vocab_map_param=None, o_proj_bias_from_config=True,
+                  activation_error=UNSUPPORTED_ACTIVATION)
 _MIDLAYER_NULL_VOCAB_FAILS = replace(_MIDLAYER, null_draft_vocab_error=_NULL_DRAFT_VOCAB)
 # 0.5.12: the `layers` ModuleList, fc_norm (one RMSNorm of the target's width per aux state) and norm_output; a
 # norm's key without its flag is skipped silently, a built norm without its key stays at ones

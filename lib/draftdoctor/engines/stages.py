@@ -132,6 +132,9 @@ class Build:
     null_draft_vocab_error: str | None = None
     null_target_hidden_crashes: bool = True  # a flat config's `target_hidden_size: null` fails the build
     q_lora_required: str | None = None  # MLA: the build error when q_lora_rank is null (None: q_proj is built)
+    # what the release raises while building the draft's MLP for a config whose hidden_act is not silu (its
+    # Llama, Qwen2 and DeepSeek-V2 MLPs alike), `{act}` formatted; None: not modelled
+    activation_error: str | None = None
 
     def layer_name(self, i: int) -> str:
         return self.layer_prefix.format(i=i)

@@ -91,10 +91,13 @@ _CONFIG_0_34 = replace(_CONFIG_0_30, speculators_types=_EAGLE3_TYPE,
 # either. llama.py's LlamaAttention: o_proj has a bias with `attention_bias` or `bias`; llama_eagle3.py rebuilds
 # qkv_proj with one when `attention_bias` (from 0.16.0). Up to 0.29.0 Eagle3LlamaForCausalLM.__init__ builds
 # draft_id_to_target_id unconditionally.
+# llama.py's, qwen2.py's and deepseek_v2.py's MLPs refuse any hidden_act but silu
+# (docs/engine-facts.md: "vLLM's EAGLE-3 loader")
+UNSUPPORTED_ACTIVATION = "Unsupported activation: {act}. Only silu is supported for now."
 _BUILD_0_12 = Build(
     layer_prefix="model.layers.{i}.", single_layer_error=None, fc_bias="never", fc_aux_count_from=(),
     supports_fc_norm=False, supports_input_norm=False, vocab_map_param="draft_id_to_target_id", vocab_map_always=True,
-    supports_norm_before_residual=True, o_proj_bias_from_config=True)
+    supports_norm_before_residual=True, o_proj_bias_from_config=True, activation_error=UNSUPPORTED_ACTIVATION)
 _BUILD_0_16 = replace(_BUILD_0_12, qkv_bias_from_config=True)
 _BUILD_0_18 = replace(_BUILD_0_16, supports_input_norm=True)
 # 0.22: fc's width from num_aux_hidden_states or eagle_config's ids, fc_norm, norm_output
