@@ -195,6 +195,15 @@ def test_the_verdict_of_a_draft_predicting_nothing_names_the_error_that_says_why
     assert report.verdict.endswith("(its values carry no training the engine can use)"), report.verdict
 
 
+def test_a_non_finite_value_stays_an_error_beside_a_prediction_that_works(fixed, tmp_path):
+    """One inf in the head (an fp16 overflow) costs the demo draft a third of its acceptance on these prompts,
+    yet the prediction says it works: the value is certainly wrong, so it is not outranked as a guess is."""
+    variant = _variant(fixed, tmp_path / "draft", lambda t: t["lm_head.weight"].__setitem__((7, 3), np.inf))
+    report = check(variant, "sglang==0.5.10", target=TARGET)
+    assert report.prediction.works and report.prediction.accept_length < 2.5
+    assert [f.code for f in report.errors] == ["nan-weights"] and "lm_head.weight" in report.errors[0].message
+
+
 def test_a_t2d_no_engine_reads_is_outranked_by_a_prediction_that_works(fixed, tmp_path):
     """A t2d at odds with a well-formed d2t: every engine skips t2d, so without a target it is an error (d2t may
     be the wrong one), and beside a prediction that the draft as loaded works, a warning."""

@@ -25,8 +25,10 @@ LOADERS = ("auto", "replay", "real")
 # findings after which a server starts and then fails at the first draft step, or serves a draft
 # built for another target: `bench` and `investigate` stop before launching on them
 MISFIT_CODES = ("target-mismatch", "aux-layer-uncapturable")
-# what the value rules say (draftdoctor.values): evidence the prediction outranks
-VALUE_CODES = ("weights-at-init", "nan-weights")
+# what the value rules infer about training (draftdoctor.values): evidence the prediction outranks. Not a
+# non-finite value (nan-weights) or a mislabelled dtype: those are facts about the bytes, whose cost depends on
+# the prompts (one inf in the demo draft's lm_head: 1.92 against 3.24, predicted to work on 16 prompts)
+VALUE_CODES = ("weights-at-init",)
 
 
 def diagnose(checkpoint: Checkpoint, engine: EngineRelease, loader: str = "replay", target_config: dict | None = None,
