@@ -39,6 +39,8 @@ LLAMA = {
     "speculators-nested-config": dict(layout="speculators"),
     # the EAGLE repo's published drafts: a flat config naming the target's class
     "eagle-repo-llama-arch": dict(layout="midlayer", config_update={"architectures": ["LlamaForCausalLM"]}),
+    # a draft MLP with another activation than the target's silu: SGLang's and vLLM's MLPs refuse it while building
+    "gelu-activation": dict(layout="midlayer", config_update={"hidden_act": "gelu"}),
     # EAGLE 3.1: the switches without the norms' weights (speculators' converter leaves them out): a release
     # that builds the norms keeps them at ones; NeMo Automodel's `model.`-prefixed norms (SGLang >= 0.5.12 finds
     # them, vLLM reads model.model.); norm_before_fc inside eagle_config (llama.cpp reads the top level only)
