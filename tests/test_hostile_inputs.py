@@ -131,6 +131,18 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "inspect-a-fifo":
         os.mkfifo(root / "pipe")
         return ["inspect", root / "pipe"], "neither a regular file nor a folder"
+    if kind == "draft-a-million-layers":  # vLLM builds every layer: the replay had run past a minute
+        edit_config(good, layer("num_hidden_layers", 10**6))
+        return ["check", good, "--engine", "vllm==0.32.0", "--loader", "replay"], "num_hidden_layers must be"
+    if kind in ("target-layers-a-string", "target-a-million-layers", "target-zero-heads"):
+        target = root / "target"
+        shutil.copytree(DEMO / "target", target)
+        field, value = {"target-layers-a-string": ("num_hidden_layers", "6"),
+                        "target-a-million-layers": ("num_hidden_layers", 10**6),
+                        "target-zero-heads": ("num_attention_heads", 0)}[kind]
+        edit_config(target, lambda c: c.__setitem__(field, value))
+        return ["check", good, "--engine", "sglang==0.5.10", "--loader", "replay", "--target", target], \
+            f"target/config.json: {field} must be"
     if kind == "weights-link-loop":
         folder = root / "loop"
         folder.mkdir()
@@ -145,7 +157,8 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "prompts-dev-zero", "deep-prompt", "weights-link-loop", "params-alias-bomb", "params-wrong-checkpoint",
          "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
-         "architectures-a-number", "model-type-a-list"]
+         "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
+         "target-a-million-layers", "target-zero-heads"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
