@@ -143,6 +143,13 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         edit_config(target, lambda c: c.__setitem__(field, value))
         return ["check", good, "--engine", "sglang==0.5.10", "--loader", "replay", "--target", target], \
             f"target/config.json: {field} must be"
+    if kind == "fix-aux-ids-a-string":  # said as check says it, not as the rewrite trips ("invalid literal for int()")
+        edit_config(good, lambda c: c.__setitem__("eagle_aux_hidden_state_layer_ids", "1,2,3"))
+        return ["fix", good, "--engine", "sglang==0.5.10", "--plan"], \
+            'config.json: eagle_aux_hidden_state_layer_ids must be a list of layer numbers, not "1,2,3"'
+    if kind == "fix-layer-config-a-list":
+        edit_config(good, lambda c: c.__setitem__("transformer_layer_config", [1]))
+        return ["fix", good, "--engine", "vllm", "--plan"], "config.json: transformer_layer_config must be an object"
     if kind == "weights-link-loop":
         folder = root / "loop"
         folder.mkdir()
@@ -158,7 +165,7 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
          "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
-         "target-a-million-layers", "target-zero-heads"]
+         "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

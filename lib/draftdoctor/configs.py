@@ -80,6 +80,12 @@ def _count(value, name: str, maximum: int | None = None) -> int:
     return int(value)
 
 
+def check_shape(config: dict) -> None:
+    """ConfigValueError when the config's objects are not objects or its aux ids are not layer numbers:
+    what every reader of a config (DraftDims, fix's rewrite) takes for granted."""
+    _check_shape(config, layer_config(config))
+
+
 def _check_shape(config: dict, layer: dict) -> None:
     eagle = config.get("eagle_config")
     if eagle is not None and not isinstance(eagle, dict):
