@@ -108,6 +108,9 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         body = {"checkpoint": str(good), "target": str(DEMO / "target"), "engine": "sglang"} | {field: None}
         (root / "p.yaml").write_text("".join(f"{k}: {value if k == field else v}\n" for k, v in body.items()))
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], f"`{field}` must be a str"
+    if kind == "params-negative-count":  # the command line refuses --num-prompts -5; the notebooks had taken it
+        (root / "p.yaml").write_text(f"checkpoint: {good}\nnum_prompts: -5\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`num_prompts` must be a whole number >= 1"
     if kind in ("bench-out-under-a-file", "investigate-out-under-a-file", "serve-log-under-a-file"):
         (root / "a-file").write_text("x")
         if kind.startswith("bench"):
@@ -165,7 +168,8 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
          "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
-         "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list"]
+         "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list",
+         "params-negative-count"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -138,6 +138,8 @@ def _check_types(path: Path, run: dict) -> None:
         if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
             names = "/".join(t.__name__ for t in (wanted if isinstance(wanted, tuple) else (wanted,)))
             raise ParamsError(f"{path}: `{key}` must be a {names}, got {type(value).__name__} {str(value)[:60]!r}")
+        if wanted is int and value < 1:  # a count, as the command line's --num-prompts and the like take it
+            raise ParamsError(f"{path}: `{key}` must be a whole number >= 1, got {value}")
     if "release" in run and not isinstance(run["release"], str) and run["release"] is not None:
         run["release"] = str(run["release"])
 
