@@ -111,6 +111,9 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "params-negative-count":  # the command line refuses --num-prompts -5; the notebooks had taken it
         (root / "p.yaml").write_text(f"checkpoint: {good}\nnum_prompts: -5\n")
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`num_prompts` must be a whole number >= 1"
+    if kind == "params-key-twice":  # YAML keeps the last: this had investigated the second checkpoint alone
+        (root / "p.yaml").write_text(f"checkpoint: {good}\ntarget: {DEMO / 'target'}\ncheckpoint: {root}\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`checkpoint` is given twice"
     if kind in ("bench-out-under-a-file", "investigate-out-under-a-file", "serve-log-under-a-file"):
         (root / "a-file").write_text("x")
         if kind.startswith("bench"):
@@ -169,7 +172,7 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
          "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
          "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list",
-         "params-negative-count"]
+         "params-negative-count", "params-key-twice"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

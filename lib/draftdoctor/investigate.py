@@ -115,6 +115,18 @@ def _no_alias_loader():
                                                   "file", event.start_mark)
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):
+            """A key given twice is refused (YAML keeps the last without a word: a second `checkpoint:`
+            further down had replaced the first)."""
+            seen = set()
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"`{key.value}` is given twice",
+                                                                key.start_mark)
+                    seen.add(key.value)
+            return super().construct_mapping(node, deep)
+
     return NoAliasLoader
 
 
