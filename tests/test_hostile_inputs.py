@@ -94,6 +94,18 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "prompts-dev-zero":
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
                 "/dev/zero"], "cannot read prompts"
+    if kind in ("prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder"):  # the problem said, not "(CheckpointError)"
+        prompts = root / "p.jsonl"
+        said = {"prompts-a-fifo": "not a regular file", "prompts-not-utf8": "not valid UTF-8 at byte 2",
+                "prompts-a-folder": "Is a directory"}[kind]
+        if kind == "prompts-a-fifo":
+            os.mkfifo(prompts)
+        elif kind == "prompts-a-folder":
+            prompts.mkdir()
+        else:
+            prompts.write_bytes(b'{"\xff": 1}\n')
+        return ["check", DEMO / "draft-speculators", "--engine", "vllm==0.32.0", "--loader", "replay", "--target",
+                DEMO / "target", "--prompts", prompts], f"p.jsonl: cannot read prompts ({said}"
     if kind == "deep-prompt":
         (root / "p.jsonl").write_text("[" * 100_000 + "\n")
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
@@ -172,7 +184,7 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
          "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
          "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list",
-         "params-negative-count", "params-key-twice"]
+         "params-negative-count", "params-key-twice", "prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
