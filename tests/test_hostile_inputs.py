@@ -135,6 +135,12 @@ def build(kind: str, root: Path) -> tuple[list, str]:
             return ["investigate", "--params", root / "p.yaml", "--out", root / "a-file" / "run"], "--out"
         return ["serve", "--model-path", DEMO / "target", "--speculative-draft-model-path", good, "--log",
                 root / "a-file" / "s.log"], "--log"
+    if kind == "bench-out-in-the-draft":  # results.json, charts and server logs had been written among its files
+        return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", good / "results", "--num-prompts",
+                "1"], "is inside the draft a"
+    if kind == "investigate-out-is-the-checkpoint":  # the notebooks and the fixed copy had gone into it
+        (root / "p.yaml").write_text(f"checkpoint: {good}\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", good], "is inside the checkpoint"
     if kind == "bench-out-read-only":  # /proc takes no new folders, not even root's
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", "/proc/draftdoctor-out"], \
             "cannot write there"
@@ -184,7 +190,8 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
          "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
          "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list",
-         "params-negative-count", "params-key-twice", "prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder"]
+         "params-negative-count", "params-key-twice", "prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder",
+         "bench-out-in-the-draft", "investigate-out-is-the-checkpoint"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -192,13 +199,14 @@ def test_hostile_input_gets_one_line_and_exit_2(kind, tmp_path):
     root = tmp_path / "work"
     root.mkdir()
     args, expected = build(kind, root)
-    outside_before = sorted(os.listdir(tmp_path))
+    outside_before, draft_before = sorted(os.listdir(tmp_path)), sorted(os.listdir(root / "draft"))
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=120, cwd=root)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and expected in lines[0], lines
     assert sorted(os.listdir(tmp_path)) == outside_before  # nothing written beside the test's folder
+    assert sorted(os.listdir(root / "draft")) == draft_before  # nor in the draft
     assert not list(tmp_path.parent.glob("escaped*"))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .lazy import defer_iri_grammar
-from .runs import fixed_checkpoint, safe_name
+from .runs import among_inputs, fixed_checkpoint, safe_name
 from .serving.bench import DraftMisfit
 from .toolstate import NOTEBOOKS, keep_out_of_home
 
@@ -270,6 +270,10 @@ def investigate(params_file, out, cell_timeout: float = 900.0, progress=None, ov
 
     runs = [run | (override or {}) for run in load_params(params_file)]
     out = Path(out)
+    for run in runs:
+        inside = among_inputs(out, [(f"the {key}", run[key]) for key in ("checkpoint", "target") if run.get(key)])
+        if inside:
+            raise UserError(f"--out {out}: {inside}")
     if len(runs) == 1:
         return [investigate_one(runs[0], out, cell_timeout=cell_timeout, progress=progress)]
     results = [investigate_one(r, out / r["name"], cell_timeout=cell_timeout, progress=progress) for r in runs]
