@@ -123,6 +123,11 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "params-negative-count":  # the command line refuses --num-prompts -5; the notebooks had taken it
         (root / "p.yaml").write_text(f"checkpoint: {good}\nnum_prompts: -5\n")
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`num_prompts` must be a whole number >= 1"
+    if kind in ("params-unknown-engine", "params-unknown-release"):  # notebook 01 had run, then 02 failed: exit 1
+        field = "engine_name: bogus" if kind.endswith("engine") else "release: 9.9.9"
+        (root / "p.yaml").write_text(f"checkpoint: {good}\n{field}\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], \
+            "p.yaml: unknown engine 'bogus'" if kind.endswith("engine") else "p.yaml: sglang==9.9.9 is newer than"
     if kind == "params-key-twice":  # YAML keeps the last: this had investigated the second checkpoint alone
         (root / "p.yaml").write_text(f"checkpoint: {good}\ntarget: {DEMO / 'target'}\ncheckpoint: {root}\n")
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`checkpoint` is given twice"
@@ -191,7 +196,8 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
          "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list",
          "params-negative-count", "params-key-twice", "prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder",
-         "bench-out-in-the-draft", "investigate-out-is-the-checkpoint"]
+         "bench-out-in-the-draft", "investigate-out-is-the-checkpoint", "params-unknown-engine",
+         "params-unknown-release"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

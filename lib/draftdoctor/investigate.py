@@ -266,6 +266,7 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
 def investigate(params_file, out, cell_timeout: float = 900.0, progress=None, override: dict | None = None) -> list[RunResult]:
     """Every run of a parameters file (`override`: parameters set in place of the file's); a batch gets one
     folder per checkpoint and summary.md."""
+    from .engines import EngineSpecError, from_parameters
     from .report import write_summary
 
     runs = [run | (override or {}) for run in load_params(params_file)]
@@ -274,6 +275,10 @@ def investigate(params_file, out, cell_timeout: float = 900.0, progress=None, ov
         inside = among_inputs(out, [(f"the {key}", run[key]) for key in ("checkpoint", "target") if run.get(key)])
         if inside:
             raise UserError(f"--out {out}: {inside}")
+        try:  # an engine or release no row knows: said now, not by notebook 02 after 01 ran (exit 1)
+            from_parameters(run.get("engine_name") or "sglang", run.get("release"))
+        except EngineSpecError as e:
+            raise ParamsError(f"{params_file}: {e}") from None
     if len(runs) == 1:
         return [investigate_one(runs[0], out, cell_timeout=cell_timeout, progress=progress)]
     results = [investigate_one(r, out / r["name"], cell_timeout=cell_timeout, progress=progress) for r in runs]
