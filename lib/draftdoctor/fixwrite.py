@@ -114,7 +114,6 @@ def check_destination(plan: FixPlan, dst: Path, force: bool) -> None:
         if not force:
             raise FixError(f"{dst}: already exists; pass --force to replace it (after the new one is verified)")
         _check_replaceable(dst)
-    _check_room(plan, dst)
 
 
 def _check_room(plan: FixPlan, dst: Path) -> None:
@@ -179,6 +178,7 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         raise (refused or e) from None
     start = time.perf_counter()
     try:
+        _check_room(plan, dst)  # once the folder beside DST is made: a place that takes no folder says so first
         names = {m.old: m.new for m in plan.tensors}
         copier = rewriter.Copier()
 
