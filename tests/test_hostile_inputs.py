@@ -265,3 +265,53 @@ def test_every_format_of_inspect_shows_names_as_inert_text(tmp_path, fmt):
         assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "|"))], "a cell a spreadsheet evaluates"
         names = {row["name"] for row in rows}
         assert {"'=HYPERLINK(\"http://x.invalid\",\"c\")", "'@SUM(1+1)", "d\\u202eexe.txt", "g\\x00h"} <= names
+
+
+SWAPPED = """
+import os, sys
+from pathlib import Path
+from draftdoctor.checkpoint import CheckpointError, open_checkpoint
+
+draft, other, out, case = map(Path, sys.argv[1:5])
+
+def swap():  # the weights replaced by a FIFO no one writes, after their header was read
+    os.mkfifo(draft / "pipe")
+    os.replace(draft / "pipe", draft / "model.safetensors")
+
+try:
+    if str(case) == "check":
+        from draftdoctor.diagnose import diagnose
+        from draftdoctor.engines import resolve_engine
+        checkpoint = open_checkpoint(draft)
+        swap()
+        diagnose(checkpoint, resolve_engine("sglang==0.5.10"))
+    elif str(case) == "compare":
+        import draftdoctor.compare as compare
+        def opened(path, read=compare.open_checkpoint):
+            checkpoint = read(path)
+            if Path(path) == other:
+                swap()
+            return checkpoint
+        compare.open_checkpoint = opened
+        compare.compare(draft, other)
+    else:
+        from draftdoctor.fix import apply_fix, plan_fix
+        plan = plan_fix(draft, "vllm==0.32.0", predict=False)
+        swap()
+        apply_fix(plan, out)
+except CheckpointError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("case", ["check", "compare", "fix"])
+def test_weights_swapped_for_a_fifo_after_their_header_was_read_are_refused_not_waited_on(case, tmp_path):
+    """The value checks, compare's reader and fix's copy opened the weights again by name, blocking: a FIFO
+    put in their place after the header was read had hung each for good."""
+    draft = write_draft(tmp_path / "draft", layout="speculators")
+    other = write_draft(tmp_path / "other", layout="speculators")
+    proc = subprocess.run([sys.executable, "-c", SWAPPED, str(draft), str(other), str(tmp_path / "out"), case],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == f"{draft / 'model.safetensors'}: not a regular file (a FIFO, device or socket?)", \
+        proc.stdout + proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

@@ -72,11 +72,8 @@ class TensorInfo(namedtuple("TensorInfo", "name dtype shape file begin end")):  
         """The tensor's bytes, or `length` of them from `offset`, read from its file (for the few
         small tensors and sampled windows the checks look at; nothing reads a whole checkpoint)."""
         length = self.nbytes - offset if length is None else length
-        fd = os.open(self.file, os.O_RDONLY)
-        try:
-            return os.pread(fd, length, self.begin + offset)
-        finally:
-            os.close(fd)
+        with open_regular(self.file) as f:  # swapped for a FIFO since its header was read: refused, not waited on
+            return os.pread(f.fileno(), length, self.begin + offset)
 
 
 class ShardHeader:
