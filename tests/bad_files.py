@@ -104,6 +104,20 @@ DEFECTS = [
     Defect("duplicate-key-t", "duplicate", safetensors_bytes(b'{"t": ' + json.dumps(T).encode() + b', "t": '
                                                              + json.dumps(T).encode() + b"}", b"\0" * 8)),
     Defect("metadata-int-value", "__metadata__", safetensors_bytes({"__metadata__": {"k": 1}})),
+    # a repeated key whose first entry has no literal "data_offsets" (none, not an object, the key spelt in an
+    # escape): a count of that key had missed each, and the parser keeps the last without a word
+    Defect("duplicate-key-first-without-offsets", "duplicate key in header",
+           safetensors_bytes(b'{"t": {"dtype": "F32", "shape": [2]}, "t": ' + json.dumps(T).encode() + b"}", b"\0" * 8)),
+    Defect("duplicate-key-first-a-number", "duplicate key in header",
+           safetensors_bytes(b'{"t": 5, "t": ' + json.dumps(T).encode() + b"}", b"\0" * 8)),
+    Defect("duplicate-key-offsets-escaped", "duplicate key in header",
+           safetensors_bytes(b'{"t": ' + json.dumps(T).encode().replace(b"data_offsets", b"data_offset\\u0073")
+                             + b', "t": ' + json.dumps(T).encode() + b"}", b"\0" * 8)),
+    # nested past the standard parser's depth (not the fast one's) in a field the format does not have, where
+    # the slow parse that names a repeated key runs: it had raised RecursionError
+    Defect("deep-extra-field", "nested too deeply",
+           safetensors_bytes(b'{"__metadata__": {"data_offsets": "x"}, "t": ' + json.dumps(T).encode()[:-1]
+                             + b', "x": ' + b"[" * 1000 + b"]" * 1000 + b"}}", b"\0" * 8)),
     # a draft folder whose header's first bytes were overwritten: the error names the file inside it
     Defect("draft-header-overwritten", "not valid JSON", edit=_overwrite_header_start),
 ]

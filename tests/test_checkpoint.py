@@ -2,6 +2,7 @@
 notes §10) has its files in tests/bad_files.py, refused by the reader and each command in tests/test_robustness.py."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,23 @@ def test_index_entry_pointing_at_missing_file(draft):
     with pytest.raises(CheckpointError, match="does not exist") as e:
         open_checkpoint(folder)
     assert "fc.weight" in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["nul", "fifo", "folder"])
+def test_index_entry_naming_no_regular_file_says_what_it_is(draft, kind):
+    """A NUL in a file name had raised ValueError (a traceback); a FIFO or folder was said not to exist."""
+    folder, index = _sharded(draft)
+    shard = index["weight_map"]["fc.weight"]
+    if kind == "nul":
+        index["weight_map"]["fc.weight"] = "model\0.safetensors"
+        _write_index(folder, index)
+    else:
+        (folder / shard).unlink()
+        os.mkfifo(folder / shard) if kind == "fifo" else (folder / shard).mkdir()
+    said = "holds a NUL character" if kind == "nul" else "is not a regular file"
+    with pytest.raises(CheckpointError, match=said) as e:
+        open_checkpoint(folder)
+    assert str(folder / "model.safetensors.index.json") in str(e.value)
 
 
 @pytest.mark.parametrize("target", ["../outside.safetensors", "/etc/passwd"])

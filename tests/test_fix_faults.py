@@ -66,6 +66,23 @@ def test_disk_full_leaves_no_destination_and_source_untouched(draft_4mb, mount):
     assert fingerprint(draft_4mb) == before
 
 
+def test_a_disk_that_fills_during_the_copy_leaves_no_destination(draft_4mb, mount, monkeypatch):
+    """What a disk filled by another writer after fix looked for room does (fix now refuses a copy the file
+    system has no room for before writing, so the room is made to look ample here)."""
+    from draftdoctor.fix import FixError, apply_fix, plan_fix
+
+    before = fingerprint(draft_4mb)
+    small = mount("small", "size=1m")
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 1 << 30, 1 << 30, 1 << 30,
+                                                                       *tuple(real(path))[5:])))
+    plan = plan_fix(draft_4mb, "sglang==0.5.10", predict=False)
+    with pytest.raises(FixError, match="No space left on device"):
+        apply_fix(plan, small / "fixed")
+    assert list(small.iterdir()) == [], "nothing half-written may remain"
+    assert fingerprint(draft_4mb) == before
+
+
 def test_read_only_destination_fails_cleanly(draft_4mb, mount):
     before = fingerprint(draft_4mb)
     ro = mount("ro", "ro,size=64m")

@@ -144,3 +144,21 @@ def test_destination_gets_the_permissions_of_a_new_folder(draft, tmp_path):
         os.umask(old)
     assert stat.S_IMODE(dst.stat().st_mode) == 0o755
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in dst.iterdir())
+
+
+def test_a_copy_the_file_system_has_no_room_for_is_refused_before_writing(draft, tmp_path, monkeypatch):
+    """A sparse SRC holds on no disk what it claims: fix had written it out whole, with no look at the room
+    left (claiming a terabyte, it would fill the disk for every user before failing)."""
+    src = draft("speculators")
+    plan = plan_fix(src, "vllm==0.32.0", predict=False)
+    real = os.statvfs
+
+    def full(path):  # the file system of --out with 1 kB left; others as they are
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, 1024, st.f_blocks, 1, 1, *tuple(st)[5:])) if Path(path) == tmp_path else st
+
+    monkeypatch.setattr(os, "statvfs", full)
+    with pytest.raises(FixError, match="No space left on device: the fixed copy takes about .* more than the 1.0 kB free") as e:
+        apply_fix(plan, tmp_path / "fixed")
+    assert str(tmp_path / "fixed") in str(e.value)
+    assert os.listdir(tmp_path) == [src.name]  # nothing written, not even the hidden folder beside DST

@@ -94,6 +94,18 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "prompts-dev-zero":
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
                 "/dev/zero"], "cannot read prompts"
+    if kind in ("prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder"):  # the problem said, not "(CheckpointError)"
+        prompts = root / "p.jsonl"
+        said = {"prompts-a-fifo": "not a regular file", "prompts-not-utf8": "not valid UTF-8 at byte 2",
+                "prompts-a-folder": "Is a directory"}[kind]
+        if kind == "prompts-a-fifo":
+            os.mkfifo(prompts)
+        elif kind == "prompts-a-folder":
+            prompts.mkdir()
+        else:
+            prompts.write_bytes(b'{"\xff": 1}\n')
+        return ["check", DEMO / "draft-speculators", "--engine", "vllm==0.32.0", "--loader", "replay", "--target",
+                DEMO / "target", "--prompts", prompts], f"p.jsonl: cannot read prompts ({said}"
     if kind == "deep-prompt":
         (root / "p.jsonl").write_text("[" * 100_000 + "\n")
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", root / "b", "--prompts",
@@ -108,6 +120,17 @@ def build(kind: str, root: Path) -> tuple[list, str]:
         body = {"checkpoint": str(good), "target": str(DEMO / "target"), "engine": "sglang"} | {field: None}
         (root / "p.yaml").write_text("".join(f"{k}: {value if k == field else v}\n" for k, v in body.items()))
         return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], f"`{field}` must be a str"
+    if kind == "params-negative-count":  # the command line refuses --num-prompts -5; the notebooks had taken it
+        (root / "p.yaml").write_text(f"checkpoint: {good}\nnum_prompts: -5\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`num_prompts` must be a whole number >= 1"
+    if kind in ("params-unknown-engine", "params-unknown-release"):  # notebook 01 had run, then 02 failed: exit 1
+        field = "engine_name: bogus" if kind.endswith("engine") else "release: 9.9.9"
+        (root / "p.yaml").write_text(f"checkpoint: {good}\n{field}\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], \
+            "p.yaml: unknown engine 'bogus'" if kind.endswith("engine") else "p.yaml: sglang==9.9.9 is newer than"
+    if kind == "params-key-twice":  # YAML keeps the last: this had investigated the second checkpoint alone
+        (root / "p.yaml").write_text(f"checkpoint: {good}\ntarget: {DEMO / 'target'}\ncheckpoint: {root}\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", root / "run"], "`checkpoint` is given twice"
     if kind in ("bench-out-under-a-file", "investigate-out-under-a-file", "serve-log-under-a-file"):
         (root / "a-file").write_text("x")
         if kind.startswith("bench"):
@@ -117,6 +140,12 @@ def build(kind: str, root: Path) -> tuple[list, str]:
             return ["investigate", "--params", root / "p.yaml", "--out", root / "a-file" / "run"], "--out"
         return ["serve", "--model-path", DEMO / "target", "--speculative-draft-model-path", good, "--log",
                 root / "a-file" / "s.log"], "--log"
+    if kind == "bench-out-in-the-draft":  # results.json, charts and server logs had been written among its files
+        return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", good / "results", "--num-prompts",
+                "1"], "is inside the draft a"
+    if kind == "investigate-out-is-the-checkpoint":  # the notebooks and the fixed copy had gone into it
+        (root / "p.yaml").write_text(f"checkpoint: {good}\n")
+        return ["investigate", "--params", root / "p.yaml", "--out", good], "is inside the checkpoint"
     if kind == "bench-out-read-only":  # /proc takes no new folders, not even root's
         return ["bench", "--target", DEMO / "target", "--draft", f"a={good}", "--out", "/proc/draftdoctor-out"], \
             "cannot write there"
@@ -131,6 +160,25 @@ def build(kind: str, root: Path) -> tuple[list, str]:
     if kind == "inspect-a-fifo":
         os.mkfifo(root / "pipe")
         return ["inspect", root / "pipe"], "neither a regular file nor a folder"
+    if kind == "draft-a-million-layers":  # vLLM builds every layer: the replay had run past a minute
+        edit_config(good, layer("num_hidden_layers", 10**6))
+        return ["check", good, "--engine", "vllm==0.32.0", "--loader", "replay"], "num_hidden_layers must be"
+    if kind in ("target-layers-a-string", "target-a-million-layers", "target-zero-heads"):
+        target = root / "target"
+        shutil.copytree(DEMO / "target", target)
+        field, value = {"target-layers-a-string": ("num_hidden_layers", "6"),
+                        "target-a-million-layers": ("num_hidden_layers", 10**6),
+                        "target-zero-heads": ("num_attention_heads", 0)}[kind]
+        edit_config(target, lambda c: c.__setitem__(field, value))
+        return ["check", good, "--engine", "sglang==0.5.10", "--loader", "replay", "--target", target], \
+            f"target/config.json: {field} must be"
+    if kind == "fix-aux-ids-a-string":  # said as check says it, not as the rewrite trips ("invalid literal for int()")
+        edit_config(good, lambda c: c.__setitem__("eagle_aux_hidden_state_layer_ids", "1,2,3"))
+        return ["fix", good, "--engine", "sglang==0.5.10", "--plan"], \
+            'config.json: eagle_aux_hidden_state_layer_ids must be a list of layer numbers, not "1,2,3"'
+    if kind == "fix-layer-config-a-list":
+        edit_config(good, lambda c: c.__setitem__("transformer_layer_config", [1]))
+        return ["fix", good, "--engine", "vllm", "--plan"], "config.json: transformer_layer_config must be an object"
     if kind == "weights-link-loop":
         folder = root / "loop"
         folder.mkdir()
@@ -145,7 +193,11 @@ KINDS = ["fifo-weights", "fifo-config", "fifo-index", "huge-integer", "deep-nest
          "prompts-dev-zero", "deep-prompt", "weights-link-loop", "params-alias-bomb", "params-wrong-checkpoint",
          "params-wrong-target", "params-wrong-engine", "bench-out-under-a-file", "investigate-out-under-a-file",
          "serve-log-under-a-file", "bench-out-read-only", "compare-a-device", "inspect-a-fifo",
-         "architectures-a-number", "model-type-a-list"]
+         "architectures-a-number", "model-type-a-list", "draft-a-million-layers", "target-layers-a-string",
+         "target-a-million-layers", "target-zero-heads", "fix-aux-ids-a-string", "fix-layer-config-a-list",
+         "params-negative-count", "params-key-twice", "prompts-a-fifo", "prompts-not-utf8", "prompts-a-folder",
+         "bench-out-in-the-draft", "investigate-out-is-the-checkpoint", "params-unknown-engine",
+         "params-unknown-release"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -153,13 +205,14 @@ def test_hostile_input_gets_one_line_and_exit_2(kind, tmp_path):
     root = tmp_path / "work"
     root.mkdir()
     args, expected = build(kind, root)
-    outside_before = sorted(os.listdir(tmp_path))
+    outside_before, draft_before = sorted(os.listdir(tmp_path)), sorted(os.listdir(root / "draft"))
     proc = subprocess.run([sys.executable, "-m", "draftdoctor.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=120, cwd=root)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and expected in lines[0], lines
     assert sorted(os.listdir(tmp_path)) == outside_before  # nothing written beside the test's folder
+    assert sorted(os.listdir(root / "draft")) == draft_before  # nor in the draft
     assert not list(tmp_path.parent.glob("escaped*"))
 
 
@@ -212,3 +265,53 @@ def test_every_format_of_inspect_shows_names_as_inert_text(tmp_path, fmt):
         assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "|"))], "a cell a spreadsheet evaluates"
         names = {row["name"] for row in rows}
         assert {"'=HYPERLINK(\"http://x.invalid\",\"c\")", "'@SUM(1+1)", "d\\u202eexe.txt", "g\\x00h"} <= names
+
+
+SWAPPED = """
+import os, sys
+from pathlib import Path
+from draftdoctor.checkpoint import CheckpointError, open_checkpoint
+
+draft, other, out, case = map(Path, sys.argv[1:5])
+
+def swap():  # the weights replaced by a FIFO no one writes, after their header was read
+    os.mkfifo(draft / "pipe")
+    os.replace(draft / "pipe", draft / "model.safetensors")
+
+try:
+    if str(case) == "check":
+        from draftdoctor.diagnose import diagnose
+        from draftdoctor.engines import resolve_engine
+        checkpoint = open_checkpoint(draft)
+        swap()
+        diagnose(checkpoint, resolve_engine("sglang==0.5.10"))
+    elif str(case) == "compare":
+        import draftdoctor.compare as compare
+        def opened(path, read=compare.open_checkpoint):
+            checkpoint = read(path)
+            if Path(path) == other:
+                swap()
+            return checkpoint
+        compare.open_checkpoint = opened
+        compare.compare(draft, other)
+    else:
+        from draftdoctor.fix import apply_fix, plan_fix
+        plan = plan_fix(draft, "vllm==0.32.0", predict=False)
+        swap()
+        apply_fix(plan, out)
+except CheckpointError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("case", ["check", "compare", "fix"])
+def test_weights_swapped_for_a_fifo_after_their_header_was_read_are_refused_not_waited_on(case, tmp_path):
+    """The value checks, compare's reader and fix's copy opened the weights again by name, blocking: a FIFO
+    put in their place after the header was read had hung each for good."""
+    draft = write_draft(tmp_path / "draft", layout="speculators")
+    other = write_draft(tmp_path / "other", layout="speculators")
+    proc = subprocess.run([sys.executable, "-c", SWAPPED, str(draft), str(other), str(tmp_path / "out"), case],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == f"{draft / 'model.safetensors'}: not a regular file (a FIFO, device or socket?)", \
+        proc.stdout + proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

@@ -245,3 +245,35 @@ def test_a_target_over_the_memory_budget_is_not_run(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "INFO    not-checked: no prediction of acceptance: " in done.stdout
     assert "takes about" in done.stdout and "more than the memory budget of 102.4 kB" in done.stdout
+
+
+def _break_target(kind: str, target: Path) -> str:
+    """Spoil the copy of the demo target at `target` as `kind` says; what the finding must name."""
+    config = json.loads((target / "config.json").read_text())
+    if kind == "generation-config-nested":
+        (target / "generation_config.json").write_text("[" * 100_000)
+        return f"{target}: transformers cannot load this target"
+    if kind == "tokenizer-nested":
+        (target / "tokenizer.json").write_text("[" * 100_000)
+        return f"{target / 'tokenizer.json'}: tokenizers cannot read it"
+    if kind == "tokenizer-huge":  # sparse: no disk; tokenizers had read all of it
+        with open(target / "tokenizer.json", "r+b") as f:
+            f.truncate(1 << 30)
+        return f"{target / 'tokenizer.json'}: larger than 128 MB"
+    config |= {"dtype-unknown": {"dtype": "float8"}, "bos-a-word": {"bos_token_id": "x"}}[kind]
+    (target / "config.json").write_text(json.dumps(config))
+    return f"{target}: transformers cannot build this target"
+
+
+@pytest.mark.parametrize("kind", ["generation-config-nested", "tokenizer-nested", "tokenizer-huge", "dtype-unknown",
+                                  "bos-a-word"])
+def test_a_target_transformers_or_tokenizers_cannot_read_is_not_run_and_named(kind, tmp_path):
+    """What transformers' config validators, its JSON reader and tokenizers raise had escaped as tracebacks."""
+    target = tmp_path / "target"
+    shutil.copytree(TARGET, target)
+    said = _break_target(kind, target)
+    done = subprocess.run([str(CLI), "check", str(DEMO / "draft-speculators"), "--engine", "vllm==0.32.0", "--target",
+                           str(target), "--loader", "replay", "--num-prompts", "2"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"INFO    not-checked: no prediction of acceptance: {said}" in done.stdout, done.stdout

@@ -184,11 +184,14 @@ def _resolve_index(index_path: Path) -> tuple[dict[str, Path], dict, Path, bytes
     files: dict[str, Path] = {}
     for name in dict.fromkeys(weight_map.values()):  # each file once, in index order
         candidate = folder / name
-        outside = (os.path.isabs(name) or os.path.normpath(name).startswith("..")
-                   or not (candidate.resolve().is_relative_to(root) or in_hf_cache_blobs(folder, candidate)))
-        if outside or not candidate.is_file():
+        nul = "\0" in name  # no file has such a name; resolving it raised ValueError
+        outside = not nul and (os.path.isabs(name) or os.path.normpath(name).startswith("..")
+                               or not (candidate.resolve().is_relative_to(root) or in_hf_cache_blobs(folder, candidate)))
+        if nul or outside or not candidate.is_file():
             tensor = next(t for t, n in weight_map.items() if n == name)
-            problem = "is outside the checkpoint folder" if outside else "does not exist"
+            problem = ("holds a NUL character, which no file name can" if nul else "is outside the checkpoint folder"
+                       if outside else "is not a regular file (a folder, FIFO, device or socket)"
+                       if candidate.exists() else "does not exist")
             raise CheckpointError(index_path, f"file {name!r} {problem}", tensor=tensor)
         files[name] = candidate
     return files, index, folder, text

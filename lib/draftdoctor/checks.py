@@ -17,8 +17,8 @@ from . import auxids
 from . import findings as F
 from .checkpoint import Checkpoint, CheckpointError, TensorInfo, read_config
 from .configrewrite import RECORD_KEY
-from .configs import (DRAFT_OPTIONS, FLAT, SPECULATORS, DraftDims, config_format, draft_options, layer_config,
-                      layer_options, unsupported_options)
+from .configs import (DRAFT_OPTIONS, FLAT, SPECULATORS, ConfigValueError, DraftDims, check_target, config_format,
+                      draft_options, layer_config, layer_options, unsupported_options)
 from .engines import CRASH, SKIP, WARN, Profile, releases_where
 
 OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc": "input-norm-unsupported",
@@ -26,11 +26,17 @@ OPTION_CODES = {"norm_before_residual": "norm-before-residual", "norm_before_fc"
 
 
 def read_target_config(path) -> dict:
-    """The target's config.json, from its folder or the file itself."""
+    """The target's config.json, from its folder or the file itself; CheckpointError naming it when a
+    size in it is none a model can have (configs.check_target)."""
     path = Path(path)
-    config = read_config(path) if path.is_dir() else read_config(path.parent) if path.name == "config.json" else None
+    folder = path if path.is_dir() else path.parent if path.name == "config.json" else None
+    config = read_config(folder) if folder is not None else None
     if config is None:
         raise CheckpointError(path, "no config.json for the target (give the target's folder or its config.json)")
+    try:
+        check_target(config)
+    except ConfigValueError as e:
+        raise CheckpointError(folder / "config.json", str(e)) from None
     return config
 
 

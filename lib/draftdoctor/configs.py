@@ -65,13 +65,26 @@ def _needed(layer: dict, name: str, where: str):
 
 
 MAX_DIM = 1 << 24  # no draft dimension comes near this (Kimi-K2: hidden 7168, vocab 163840)
+# nor a layer count this (Llama-3.1-405B: 126): the replay, the estimates and a target's default aux ids
+# go layer by layer, and 10^6 layers had run past a minute
+MAX_LAYERS = 1 << 12
+# a target's fields the kit reads as sizes (target_checks, the default aux ids, the prediction's estimate)
+TARGET_COUNTS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+                 "vocab_size", "num_hidden_layers")
 
 
-def _count(value, name: str, maximum: int = MAX_DIM) -> int:
+def _count(value, name: str, maximum: int | None = None) -> int:
+    maximum = maximum or (MAX_LAYERS if name == "num_hidden_layers" else MAX_DIM)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or not 0 < value <= maximum \
             or int(value) != value:
         raise ConfigValueError(f"{name} must be a whole number from 1 to {maximum}, not {value!r}"[:200])
     return int(value)
+
+
+def check_shape(config: dict) -> None:
+    """ConfigValueError when the config's objects are not objects or its aux ids are not layer numbers:
+    what every reader of a config (DraftDims, fix's rewrite) takes for granted."""
+    _check_shape(config, layer_config(config))
 
 
 def _check_shape(config: dict, layer: dict) -> None:
@@ -92,6 +105,17 @@ def _check_shape(config: dict, layer: dict) -> None:
                                                                    and -1 <= i < MAX_DIM for i in ids)):
             field = auxids.KEY if where == auxids.TOP_LEVEL else f"eagle_config.{auxids.KEY}"
             raise ConfigValueError(f"{field} must be a list of layer numbers, not {json.dumps(ids)[:80]}")
+
+
+def check_target(config: dict) -> None:
+    """ConfigValueError for a target config whose sizes (TARGET_COUNTS, where set) are not counts a
+    model can have: a string, zero, a float, more layers than MAX_LAYERS."""
+    layer = layer_config(config)
+    if not isinstance(layer, dict):
+        raise ConfigValueError("transformer_layer_config must be an object")
+    for name in TARGET_COUNTS:
+        if layer.get(name) is not None:
+            _count(layer[name], name)
 
 
 # transformers' config classes' defaults that the engines build with when a flat config leaves a field

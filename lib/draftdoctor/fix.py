@@ -18,7 +18,8 @@ from . import findings as F
 from .checkpoint import (CONFIG_NAME, INDEX_NAME, PICKLE_SUFFIXES, Checkpoint, CheckpointError, ShardHeader,
                          TensorInfo, in_hf_cache_blobs, open_checkpoint)
 from .configrewrite import ABSENT, ConfigChange, rewrite_config
-from .configs import FLAT, MISSING, UNKNOWN, config_format, draft_options, layer_options, unsupported_options
+from .configs import (FLAT, MISSING, UNKNOWN, ConfigValueError, check_shape, config_format, draft_options, layer_options,
+                      unsupported_options)
 from .checks import TENSOR_OPTIONS, WITHOUT, option_keys, read_target_config
 from .coverage import draft_dims
 from .configrules import unmodelled_class
@@ -97,6 +98,10 @@ def plan_fix(src, engine: "str | EngineRelease", target=None, loader: str = "rep
     if fmt == UNKNOWN:
         raise FixError(f"{ckpt.config_path}: neither a flat Llama config (model_type/architectures) nor "
                        "speculators' nested config (speculators_model_type)")
+    try:  # said as check says it, not as the rewrite trips on it ("invalid literal for int()")
+        check_shape(ckpt.config)
+    except ConfigValueError as e:
+        raise FixError(f"{ckpt.config_path}: {e}") from None
     stated, switched = _norm_switches(ckpt)
     try:
         rewrite = rewrite_config(stated, profile)

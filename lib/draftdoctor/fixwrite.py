@@ -116,6 +116,21 @@ def check_destination(plan: FixPlan, dst: Path, force: bool) -> None:
         _check_replaceable(dst)
 
 
+def _check_room(plan: FixPlan, dst: Path) -> None:
+    """Refuse before writing a copy its file system has no room for: the copy takes about what SRC's files
+    say they hold, and a sparse SRC holds that on no disk (a 12 kB draft claiming 296 MB had been written
+    out whole; claiming a terabyte, it would fill the disk for everyone before failing)."""
+    from .resources import human
+
+    sources = [s.path for s in plan.checkpoint.shards] + [plan.checkpoint.folder / f.name for f in plan.files if f.copy]
+    need = sum(os.stat(path).st_size for path in sources)
+    fs = os.statvfs(dst.parent)
+    free = fs.f_bavail * fs.f_frsize
+    if need > free:
+        raise FixError(f"{dst}: No space left on device: the fixed copy takes about {human(need)}, more than the "
+                       f"{human(free)} free on its file system; make room or choose another --out")
+
+
 def _check_replaceable(dst: Path) -> None:
     """--force replaces an empty folder, or one `fix` wrote (its MARKER lists every file) holding
     nothing else; anything else stands in the way and is named."""
@@ -163,6 +178,7 @@ def apply_fix(plan: FixPlan, dst, force: bool = False, allow_lossy: bool = False
         raise (refused or e) from None
     start = time.perf_counter()
     try:
+        _check_room(plan, dst)  # once the folder beside DST is made: a place that takes no folder says so first
         names = {m.old: m.new for m in plan.tensors}
         copier = rewriter.Copier()
 

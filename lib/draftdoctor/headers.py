@@ -72,11 +72,8 @@ class TensorInfo(namedtuple("TensorInfo", "name dtype shape file begin end")):  
         """The tensor's bytes, or `length` of them from `offset`, read from its file (for the few
         small tensors and sampled windows the checks look at; nothing reads a whole checkpoint)."""
         length = self.nbytes - offset if length is None else length
-        fd = os.open(self.file, os.O_RDONLY)
-        try:
-            return os.pread(fd, length, self.begin + offset)
-        finally:
-            os.close(fd)
+        with open_regular(self.file) as f:  # swapped for a FIFO since its header was read: refused, not waited on
+            return os.pread(f.fileno(), length, self.begin + offset)
 
 
 class ShardHeader:
@@ -189,7 +186,7 @@ def read_header(path: Path) -> ShardHeader:
     if raw.count(b'"data_offsets"') != len(header) - ("__metadata__" in header):
         # Fewer entries than data_offsets keys: a name may repeat (the parser keeps the last). The slow
         # parse that names it runs only then.
-        json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates(path))
+        _name_a_repeat(path, raw)
     data_start = 8 + header_len
     metadata = header.get("__metadata__")
     if metadata is not None and not (
@@ -199,12 +196,36 @@ def read_header(path: Path) -> ShardHeader:
     header.pop("__metadata__", None)
     columns = _columns(header, file_size - data_start)
     if columns is not None:
+        _refuse_repeats(path, raw, header, metadata)
         return ShardHeader(path, header_len, None, metadata, columns)
     # an entry that is not as the format says, or tensors not stored in header order: entry by entry,
     # naming the first problem
     tensors = [_tensor_info(path, name, entry, data_start) for name, entry in header.items()]
     _check_packing(path, tensors, data_start, file_size)
+    _refuse_repeats(path, raw, header, metadata)
     return ShardHeader(path, header_len, tensors, metadata)
+
+
+def _refuse_repeats(path: Path, raw: bytes, header: dict, metadata: dict | None) -> None:
+    """Refuse a key the header's text holds twice, which the parser dropped without a word (it keeps the
+    last), whatever the entry dropped held (the count of data_offsets keys above misses one without it,
+    or with its name spelt in an escape). Each entry here is an object with a string dtype, so the parsed
+    header holds at least its names, their keys and their dtypes as strings, and __metadata__'s key, keys
+    and values. Without a backslash in the text each of its strings is two quote characters, so a text
+    with no more quotes than twice that count dropped none; otherwise it is parsed again to name the key
+    (or to find none: a string in a field the format does not have)."""
+    strings = 2 * len(header) + sum(map(len, header.values())) + (1 + 2 * len(metadata) if metadata is not None else 0)
+    if b"\\" in raw or raw.count(b'"') != 2 * strings:
+        _name_a_repeat(path, raw)
+
+
+def _name_a_repeat(path: Path, raw: bytes) -> None:
+    """The slow parse of a header's text that refuses a repeated key by name (the standard parser, which
+    recurses: a header nested past its depth is refused too, where the fast parser took it)."""
+    try:
+        json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates(path))
+    except RecursionError:
+        raise CheckpointError(path, "header is not valid JSON (nested too deeply)") from None
 
 
 def _columns(header: dict, data_size: int) -> tuple | None:

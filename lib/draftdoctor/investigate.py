@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .lazy import defer_iri_grammar
-from .runs import fixed_checkpoint, safe_name
+from .runs import among_inputs, fixed_checkpoint, safe_name
 from .serving.bench import DraftMisfit
 from .toolstate import NOTEBOOKS, keep_out_of_home
 
@@ -115,6 +115,18 @@ def _no_alias_loader():
                                                   "file", event.start_mark)
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):
+            """A key given twice is refused (YAML keeps the last without a word: a second `checkpoint:`
+            further down had replaced the first)."""
+            seen = set()
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"`{key.value}` is given twice",
+                                                                key.start_mark)
+                    seen.add(key.value)
+            return super().construct_mapping(node, deep)
+
     return NoAliasLoader
 
 
@@ -138,6 +150,8 @@ def _check_types(path: Path, run: dict) -> None:
         if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
             names = "/".join(t.__name__ for t in (wanted if isinstance(wanted, tuple) else (wanted,)))
             raise ParamsError(f"{path}: `{key}` must be a {names}, got {type(value).__name__} {str(value)[:60]!r}")
+        if wanted is int and value < 1:  # a count, as the command line's --num-prompts and the like take it
+            raise ParamsError(f"{path}: `{key}` must be a whole number >= 1, got {value}")
     if "release" in run and not isinstance(run["release"], str) and run["release"] is not None:
         run["release"] = str(run["release"])
 
@@ -252,10 +266,19 @@ def investigate_one(params: dict, out_dir: Path, steps=None, cell_timeout: float
 def investigate(params_file, out, cell_timeout: float = 900.0, progress=None, override: dict | None = None) -> list[RunResult]:
     """Every run of a parameters file (`override`: parameters set in place of the file's); a batch gets one
     folder per checkpoint and summary.md."""
+    from .engines import EngineSpecError, from_parameters
     from .report import write_summary
 
     runs = [run | (override or {}) for run in load_params(params_file)]
     out = Path(out)
+    for run in runs:
+        inside = among_inputs(out, [(f"the {key}", run[key]) for key in ("checkpoint", "target") if run.get(key)])
+        if inside:
+            raise UserError(f"--out {out}: {inside}")
+        try:  # an engine or release no row knows: said now, not by notebook 02 after 01 ran (exit 1)
+            from_parameters(run.get("engine_name") or "sglang", run.get("release"))
+        except EngineSpecError as e:
+            raise ParamsError(f"{params_file}: {e}") from None
     if len(runs) == 1:
         return [investigate_one(runs[0], out, cell_timeout=cell_timeout, progress=progress)]
     results = [investigate_one(r, out / r["name"], cell_timeout=cell_timeout, progress=progress) for r in runs]

@@ -227,7 +227,10 @@ def predict(report, spec: PredictionSpec, checkpoint=None) -> Prediction:
     except LoadRefused as e:
         raise PredictionUnavailable(f"{engine} would not serve it as the reference computes it: {e}") from None
     capture = tuple(sorted({i for i in loaded.capture if 0 <= i <= layers}))
-    recordings = _recordings(spec, model, dtype, capture, tokens)
+    try:
+        recordings = _recordings(spec, model, dtype, capture, tokens)
+    except teacher.TargetUnusable as e:  # its tokenizer
+        raise PredictionUnavailable(str(e)) from None
     profile = engine.profile
     results = []
     with _threads(1):  # the draft's operations are tiny: one thread (eagle.teacher.ONE_THREAD_BELOW)

@@ -28,8 +28,12 @@ def load_prompts(path, limit: int | None = None) -> list[str]:
         if len(raw) > MAX_PROMPTS_BYTES:
             raise PromptsError(f"{path}: larger than {MAX_PROMPTS_BYTES >> 20} MB of prompts")
         lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError, CheckpointError) as e:
-        raise PromptsError(f"{path}: cannot read prompts ({e.__class__.__name__})") from None
+    except CheckpointError as e:  # the problem, not the class's name ("(CheckpointError)" had said nothing)
+        raise PromptsError(f"{path}: cannot read prompts ({e.problem})") from None
+    except UnicodeDecodeError as e:
+        raise PromptsError(f"{path}: cannot read prompts (not valid UTF-8 at byte {e.start})") from None
+    except OSError as e:
+        raise PromptsError(f"{path}: cannot read prompts ({e.strerror or e})") from None
     prompts = []
     for number, line in enumerate(lines, 1):
         if path.suffix == ".jsonl":

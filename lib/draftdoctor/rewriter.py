@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import ShardHeader, encode_header
+from .checkpoint import ShardHeader, encode_header, open_regular
 from .errors import UserError
 
 CHUNK = 4 << 20  # copied in one call, then read back from SRC and DST and compared
@@ -94,7 +94,7 @@ def write_shard(shard: ShardHeader, names: dict[str, str | None], folder: Path, 
     for t in kept:
         planned.append(WrittenTensor(names[t.name], t.dtype, t.shape, t.file, t.begin, out_path, position, t.nbytes))
         position += t.nbytes
-    with open(shard.path, "rb") as src, open(out_path, "x+b") as out:
+    with open_regular(shard.path) as src, open(out_path, "x+b") as out:  # a FIFO swapped in: refused, not waited on
         out.write(head)
         out.flush()
         bad = _copy_and_compare(src.fileno(), out.fileno(), _runs(planned), copier, shard.path, progress, stop)

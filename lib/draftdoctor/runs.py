@@ -44,6 +44,18 @@ def unwritable_folder(folder) -> str | None:
     return None
 
 
+def among_inputs(folder, inputs) -> str | None:
+    """Why `folder` may not take a command's output: it is one of the model folders `inputs` names ((what,
+    path) pairs; a file given as a model is no folder of it) or lies inside one, where results, logs and
+    notebooks would land among the model's own files, replacing any of the same name; None otherwise."""
+    out = Path(folder).resolve()
+    for what, path in inputs:
+        home = Path(path).resolve()
+        if home.is_dir() and (out == home or out.is_relative_to(home)):
+            return f"is inside {what} ({path}): its files are not the kit's to add to; choose another folder"
+    return None
+
+
 def unwritable_file(path) -> str | None:
     """Why `path` cannot be appended to ("is a folder; give a file name", "cannot write there (...)"), or
     None; its folder and the (empty) file are made where missing, as the writer would."""

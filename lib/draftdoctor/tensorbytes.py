@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, open_regular
 from .valueread import FLOATS, decode
 
 CHUNK_BYTES = 8 << 20  # what one read brings in: the memory a comparison holds per side
@@ -28,8 +28,9 @@ class _Reader:
 
     def _range(self, t, offset: int, length: int, size: int):
         fd = self.fds.get(t.file)
-        if fd is None:
-            fd = self.fds[t.file] = os.open(t.file, os.O_RDONLY)
+        if fd is None:  # a regular file still: one swapped for a FIFO since its header was read is refused
+            with open_regular(t.file) as f:
+                fd = self.fds[t.file] = os.dup(f.fileno())
         offset, end = t.begin + offset, t.begin + offset + length
         while offset < end:
             data = os.pread(fd, min(size, end - offset), offset)

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import UserError
 from ..exits import EXIT_FINDINGS, EXIT_OK
+from ..runs import among_inputs
 from ..serving.bench import (DEMO_PROMPTS, BenchFailed, DraftMisfit, bench_drafts, draft_pairs, load_prompts,
                              missing_input)
 from ..serving.launcher import ServerError
@@ -27,6 +28,9 @@ def arguments(p) -> None:
 
 def run(args, out) -> int:
     drafts = draft_pairs(args.draft)
+    inside = among_inputs(args.out, [("the target", args.target), *((f"the draft {n}", p) for n, p in drafts)])
+    if inside:
+        raise UserError(f"--out {args.out}: {inside}")
     writable_folder(args.out, "--out")
     missing = missing_input(args.backend, [args.target] + [p for _, p in drafts])
     if missing:

@@ -109,8 +109,9 @@ def estimate_bytes(target_dir: Path, dtype: torch.dtype, tokens: int) -> int:
         config = AutoConfig.from_pretrained(target_dir, local_files_only=True, trust_remote_code=False)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TargetUnusable(f"{target_dir}: transformers cannot build this target ({str(e).splitlines()[0][:200]})") from None
+    except Exception as e:  # whatever its config's validators raise (a zero head count divides, an unknown dtype is
+        # no attribute of torch, a string where a number goes fails huggingface_hub's check): the target's, said
+        raise TargetUnusable(f"{target_dir}: transformers cannot build this target ({_first_line(e)})") from None
     params = sum(p.numel() for p in model.parameters())
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers, hidden, vocab = text.num_hidden_layers, text.hidden_size, text.vocab_size
@@ -136,9 +137,15 @@ def load_target(target_dir: Path, dtype: torch.dtype, device: str, tokens: int):
     logging.disable_progress_bar()  # its loading bar is not the kit's output
     try:
         model = AutoModelForCausalLM.from_pretrained(target_dir, **kwargs)
-    except (OSError, ValueError) as e:
-        raise TargetUnusable(f"{target_dir}: transformers cannot load this target ({str(e).splitlines()[0][:200]})") from None
+    except Exception as e:  # as estimate_bytes; also a generation_config.json nested past the parser
+        raise TargetUnusable(f"{target_dir}: transformers cannot load this target ({_first_line(e)})") from None
     return model.eval()
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception's message, its first line (at most 200 characters), or its class's name."""
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
 
 
 # A target this small runs faster on one thread: its operations are tiny, and on 2 cores a second thread
@@ -159,12 +166,27 @@ def tokenize(target_dir: Path, prompts: list[str]) -> list[list[int]]:
     if tokenizer_file.is_file():
         from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        from ..headers import open_regular
+
+        with open_regular(tokenizer_file) as f:  # read bounded: tokenizers reads a whole file, any size
+            raw = f.read(MAX_TOKENIZER_BYTES + 1)
+        if len(raw) > MAX_TOKENIZER_BYTES:
+            raise TargetUnusable(f"{tokenizer_file}: larger than {MAX_TOKENIZER_BYTES >> 20} MB; not a tokenizer")
+        try:
+            tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as e:  # tokenizers raises a bare Exception for a file it cannot read
+            raise TargetUnusable(f"{tokenizer_file}: tokenizers cannot read it ({_first_line(e)})") from None
         return [tokenizer.encode(p).ids for p in prompts]
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True, trust_remote_code=False)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True, trust_remote_code=False)
+    except Exception as e:
+        raise TargetUnusable(f"{target_dir}: transformers cannot read its tokenizer ({_first_line(e)})") from None
     return [tokenizer(p)["input_ids"] for p in prompts]
+
+
+MAX_TOKENIZER_BYTES = 128 << 20  # a tokenizer.json, read whole: real ones hold tens of megabytes at most
 
 
 def _decoder_layers(model):
