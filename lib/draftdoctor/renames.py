@@ -53,8 +53,12 @@ class Renaming:
     unresolved: list[str]  # keys the engine would still not load
 
 
-def _native(profile, name: str, params: dict) -> tuple[str, str]:
-    native = replace(profile, keys=replace(profile.keys, renames=profile.keys.renames.drops_only()))
+def _native_profile(profile):
+    """`profile` with the loader's own renames left out (its drops kept): a key as the engine finds it natively."""
+    return replace(profile, keys=replace(profile.keys, renames=profile.keys.renames.drops_only()))
+
+
+def _native(native, profile, name: str, params: dict) -> tuple[str, str]:
     status, param, _, reason = resolve_key(native, name, params)
     if status == PAIRED:  # loads with its partner, into the fused parameter, when that exists
         fused = pair_of(profile, param)[1]
@@ -64,9 +68,10 @@ def _native(profile, name: str, params: dict) -> tuple[str, str]:
 
 def _apply(mapper: WeightsMapper, keys, profile, params: dict, expendable: dict[str, str]) -> Renaming:
     names, reasons, unresolved = {}, {}, []
+    native = _native_profile(profile)  # once: building it per key was most of a plan's time on 10^6 keys
     for key in keys:
         new = mapper.map(key)
-        status, why = _native(profile, new, params)
+        status, why = _native(native, profile, new, params)
         if status == CRASHED and (is_training_only(key) or key in expendable):
             names[key] = None
             reasons[key] = expendable.get(key, "training-only tensor") + "; the engine would fail on it, so left out"
