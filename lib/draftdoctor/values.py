@@ -222,20 +222,17 @@ def value_findings(hits: list[AtInit], report) -> list[F.Finding]:
             continue  # not placed: the coverage findings already say so
         (unused if param is not None and param.replaced_by_target else used).append(hit)
     out = []
-    nonfinite = [h for h in used if h.holds == NONFINITE]
-    if nonfinite:
-        out.append(F.finding("nan-weights", (
-            f"{_names([h.key for h in nonfinite])}: non-finite values where the engine computes with them "
-            f"({'; '.join(f'{h.key}: {h.evidence}' for h in nonfinite[:3])}); one NaN in a matrix spreads to every "
-            "prediction (speculators saves NaN embeddings and heads when the verifier's weights were never loaded "
-            "before saving)")))
-    mislabelled = [h for h in used if h.holds == MISLABELLED]
-    if mislabelled:
-        out.append(F.finding("dtype-mislabelled", (
-            f"{_names([h.key for h in mislabelled])}: the header says one 16-bit float type, the bytes are the other's "
-            f"({'; '.join(f'{h.key}: {h.evidence}' for h in mislabelled[:3])}); the engine reads them as the header "
-            "says, so every value it computes with is wrong. The bytes are right: write the header's dtype as the "
-            "type they were saved in")))
+    for code, holds, said, why in (
+            ("nan-weights", NONFINITE, "non-finite values where the engine computes with them",
+             "one NaN in a matrix spreads to every prediction (speculators saves NaN embeddings and heads when the "
+             "verifier's weights were never loaded before saving)"),
+            ("dtype-mislabelled", MISLABELLED, "the header says one 16-bit float type, the bytes are the other's",
+             "the engine reads them as the header says, so every value it computes with is wrong. The bytes are "
+             "right: write the header's dtype as the type they were saved in")):
+        group = [h for h in used if h.holds == holds]
+        if group:
+            out.append(F.finding(code, f"{_names([h.key for h in group])}: {said} "
+                                       f"({'; '.join(f'{h.key}: {h.evidence}' for h in group[:3])}); {why}"))
     # all zeros: a warning, as it always was (sparse test drafts read as zeros); a bias may be zero by design
     zero = [h.key for h in used if h.holds == ZEROS and not h.key.endswith(".bias")]
     if zero:
