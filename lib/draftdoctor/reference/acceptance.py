@@ -40,8 +40,7 @@ class Measurement:
     spec_verify_ct: int
     accepted_per_position: list[int]  # as emitted (SGLang's log line)
     accepted_before_stop: list[int]  # as the target accepted them, stop or not (vLLM's counters)
-    accepted_before_eos: list[int]  # those before an accepted end-of-sequence token (llama.cpp's counters)
-    counts_accepted: str = "before_stop"  # which of them the emulated engine's counters count
+    counted: list[int]  # as the emulated engine's counters count them (`GenerateResult.counted`)
 
     @property
     def accept_length(self) -> float:
@@ -59,13 +58,6 @@ class Measurement:
         return 1 + sum(self.accepted_before_stop) / self.spec_verify_ct
 
     @property
-    def counted(self) -> list[int]:
-        """Accepted drafts per position as the emulated engine's counters count them
-        (`ServedDraft.counts_accepted`)."""
-        return {"before_stop": self.accepted_before_stop, "before_eos": self.accepted_before_eos,
-                "emitted": self.accepted_per_position}[self.counts_accepted]
-
-    @property
     def served_accept_length(self) -> float:
         """1 + counted accepted drafts per verify step: the accept length `bench` reports for the emulated
         engine, and the one its prediction predicts."""
@@ -78,11 +70,12 @@ class Measurement:
 
     @classmethod
     def of(cls, results: list[GenerateResult], counts_accepted: str = "before_stop") -> "Measurement":
+        """The totals of `results`, their accepted drafts counted as `ServedDraft.counts_accepted` says."""
         return cls(len(results), sum(r.completion_tokens for r in results),
                    sum(r.spec_verify_ct for r in results),
                    [sum(c) for c in zip(*(r.accepted_per_position for r in results))],
                    [sum(c) for c in zip(*(r.accepted_before_stop for r in results))],
-                   [sum(c) for c in zip(*(r.accepted_before_eos for r in results))], counts_accepted)
+                   [sum(c) for c in zip(*(r.counted(counts_accepted) for r in results))])
 
 
 @contextmanager
